@@ -1,0 +1,27 @@
+// The runledger command line: one executable, one function per subcommand. Private to cli/.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace runledger::cli {
+
+using Args = std::vector<std::string>;
+
+int up(const Args& args);       // foreground supervisor: embedded database + service
+int service(const Args& args);  // the long-running service (retention sweeps, status)
+int migrate(const Args& args);
+int dispatch(const Args& args);
+int runs(const Args& args);  // runs ls | show | cancel
+int sweep(const Args& args);
+int db_url(const Args& args);
+
+// DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws
+// std::runtime_error saying how to get one when there is neither.
+std::string database_url();
+
+// Value of `--name value` in args, if present; throws InvalidArgument when the value is missing.
+std::optional<std::string> flag(const Args& args, const std::string& name);
+
+}  // namespace runledger::cli

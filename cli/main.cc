@@ -1,0 +1,75 @@
+// runledger: a durable run ledger for AI-agent bots. See README.md.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "cli/cli.h"
+#include "errors/errors.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
+
+  up [--root DIR]           start the embedded PostgreSQL (unless DATABASE_URL is set), migrate,
+                            and supervise the service until Ctrl-C
+  service                   run the service against DATABASE_URL (started by `up`)
+  migrate                   apply pending migrations
+  dispatch --key K --thread T --requester R [--profile JSON] [--wall-s N] [--max-steps N]
+                            [--parent-run ID] [--parent-instance ID]
+  runs ls [--status S] [--thread T] [--limit N]
+  runs show RUN_ID
+  runs cancel RUN_ID --by NAME
+  sweep                     delete terminal runs past retention now
+  db-url                    print the database URL commands use
+
+Commands other than `up` use DATABASE_URL, or the database of a running `runledger up` started
+in the current directory.
+)";
+
+// The one place expected outcomes become exit codes.
+int exit_code(runledger::ErrorCode code) {
+  switch (code) {
+    case runledger::ErrorCode::invalid_argument:
+      return 2;
+    case runledger::ErrorCode::not_found:
+      return 3;
+    case runledger::ErrorCode::conflict:
+      return 4;
+    case runledger::ErrorCode::fenced:
+      return 5;
+    case runledger::ErrorCode::budget_exhausted:
+      return 6;
+    case runledger::ErrorCode::unavailable:
+      return 7;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace runledger;
+  const std::map<std::string, std::function<int(const cli::Args&)>> commands = {
+      {"up", cli::up},           {"service", cli::service},
+      {"migrate", cli::migrate}, {"dispatch", cli::dispatch},
+      {"runs", cli::runs},       {"sweep", cli::sweep},
+      {"db-url", cli::db_url},
+  };
+  if (argc < 2 || !commands.contains(argv[1])) {
+    std::fputs(kUsage, argc < 2 ? stdout : stderr);
+    return argc < 2 ? 0 : 2;
+  }
+  const cli::Args args(argv + 2, argv + argc);
+  try {
+    return commands.at(argv[1])(args);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "runledger %s: %s: %s\n", argv[1],
+                 std::string(to_string(e.code())).c_str(), e.what());
+    return exit_code(e.code());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "runledger %s: %s\n", argv[1], e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,94 @@
+// `runledger service`: the long-running process `up` supervises. It migrates on start, sweeps
+// retention on a schedule and logs a status line; SIGTERM or SIGINT stops it cleanly. Later
+// issues add the HTTP server, the coordinator and bots beside it.
+#include <utility>  // before Boost.Asio: g++ 12 in C++20 mode needs it
+
+#include <spdlog/spdlog.h>
+#include <boost/asio.hpp>
+
+#include <chrono>
+
+#include "cli/cli.h"
+#include "errors/errors.h"
+#include "ledger/ledger.h"
+#include "migrations/migrations.h"
+
+namespace runledger::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::seconds seconds_flag(const Args& args, const std::string& name,
+                                  std::chrono::seconds fallback) {
+  const auto value = flag(args, name);
+  if (!value) return fallback;
+  try {
+    const long long s = std::stoll(*value);
+    if (s > 0) return std::chrono::seconds(s);
+  } catch (const std::exception&) {
+  }
+  throw InvalidArgument(name + " must be a positive number of seconds");
+}
+
+void log_status(pg::Pool& pool) {
+  auto conn = pool.acquire();
+  pqxx::nontransaction tx(*conn);
+  constexpr pg::Statement kCounts{
+      "service_run_counts",
+      "SELECT status, count(*) FROM live_runs GROUP BY status ORDER BY status"};
+  std::string line;
+  for (const auto& row : pg::exec(tx, kCounts)) {
+    line += row[0].as<std::string>() + "=" + row[1].as<std::string>() + " ";
+  }
+  spdlog::info("runs: {}", line.empty() ? "none" : line);
+}
+
+}  // namespace
+
+int service(const Args& args) {
+  const std::string url = database_url();
+  for (const auto& m : migrations::apply(url)) spdlog::info("migrated {}", m.name);
+  const auto sweep_every = seconds_flag(args, "--sweep-interval", std::chrono::hours(6));
+  const auto status_every = seconds_flag(args, "--status-interval", std::chrono::seconds(60));
+
+  pg::Pool pool(url, 2);
+  ledger::Ledger ledger(pool);
+
+  boost::asio::io_context io;
+  boost::asio::signal_set stop(io, SIGINT, SIGTERM);
+  stop.async_wait([&](const boost::system::error_code&, int sig) {
+    spdlog::info("service: signal {}, stopping", sig);
+    io.stop();
+  });
+
+  boost::asio::steady_timer sweep_timer(io), status_timer(io);
+  std::function<void()> sweep = [&] {
+    try {
+      spdlog::info("retention sweep: deleted {} runs", ledger.sweep_retention());
+    } catch (const std::exception& e) {
+      spdlog::error("retention sweep failed: {}", e.what());
+    }
+    sweep_timer.expires_after(sweep_every);
+    sweep_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) sweep();
+    });
+  };
+  std::function<void()> status = [&] {
+    try {
+      log_status(pool);
+    } catch (const std::exception& e) {
+      spdlog::error("status query failed: {}", e.what());
+    }
+    status_timer.expires_after(status_every);
+    status_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) status();
+    });
+  };
+  sweep();
+  status();
+  spdlog::info("service ready (retention sweep every {} s)", sweep_every.count());
+  io.run();
+  return 0;
+}
+
+}  // namespace runledger::cli

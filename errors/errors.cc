@@ -1,0 +1,23 @@
+#include "errors/errors.h"
+
+namespace runledger {
+
+std::string_view to_string(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::invalid_argument:
+      return "invalid_argument";
+    case ErrorCode::not_found:
+      return "not_found";
+    case ErrorCode::conflict:
+      return "conflict";
+    case ErrorCode::fenced:
+      return "fenced";
+    case ErrorCode::budget_exhausted:
+      return "budget_exhausted";
+    case ErrorCode::unavailable:
+      return "unavailable";
+  }
+  return "unknown";
+}
+
+}  // namespace runledger

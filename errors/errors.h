@@ -1,0 +1,89 @@
+// runledger expected outcomes.
+//
+// Contract: every outcome a caller is expected to handle (bad input, not found, conflict,
+// fenced, budget exhausted) is thrown as a subclass of runledger::Error carrying an ErrorCode.
+// Code that maps outcomes to other representations (the HTTP envelope, CLI exit codes) switches
+// on code() in exactly one place. Anything else thrown (pqxx::broken_connection,
+// std::bad_alloc, ...) is unexpected and is treated as an internal error by such mappers.
+//
+// details() is structured JSON for machines (e.g. the live run a Conflict names); what()
+// is one human sentence. Neither ever carries secrets or whole payloads.
+//
+// Thread-safety: immutable values.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace runledger {
+
+enum class ErrorCode {
+  invalid_argument,  // the input is malformed; retrying the same input cannot succeed
+  not_found,         // the named entity does not exist (or no longer exists)
+  conflict,          // the request contradicts the recorded state (details say how)
+  fenced,            // the writer's generation is no longer the owner: a hard stop
+  budget_exhausted,  // the run's declared budget refuses further work
+  unavailable,       // a dependency (the database) could not be reached in time; retryable
+};
+
+std::string_view to_string(ErrorCode code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message,
+        nlohmann::json details = nlohmann::json::object())
+      : std::runtime_error(message), code_(code), details_(std::move(details)) {}
+  ErrorCode code() const { return code_; }
+  const nlohmann::json& details() const { return details_; }
+
+ private:
+  ErrorCode code_;
+  nlohmann::json details_;
+};
+
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& message,
+                           nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::invalid_argument, message, std::move(details)) {}
+};
+
+class NotFound : public Error {
+ public:
+  explicit NotFound(const std::string& message, nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::not_found, message, std::move(details)) {}
+};
+
+class Conflict : public Error {
+ public:
+  explicit Conflict(const std::string& message, nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::conflict, message, std::move(details)) {}
+};
+
+// A write named a generation that no longer owns the run. The writer must stop driving the run
+// at once: another process owns it now (or it ended).
+class FencedError : public Error {
+ public:
+  explicit FencedError(const std::string& message,
+                       nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::fenced, message, std::move(details)) {}
+};
+
+class BudgetExhausted : public Error {
+ public:
+  explicit BudgetExhausted(const std::string& message,
+                           nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::budget_exhausted, message, std::move(details)) {}
+};
+
+class Unavailable : public Error {
+ public:
+  explicit Unavailable(const std::string& message,
+                       nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::unavailable, message, std::move(details)) {}
+};
+
+}  // namespace runledger

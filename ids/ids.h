@@ -1,0 +1,82 @@
+// Strong types for runledger's identifiers and tokens.
+//
+// Contract: a RunId cannot be passed where a Generation or a StepNo is expected, and an
+// IncarnationId holds only a canonical lowercase UUID. Values are validated where they enter
+// (parse(); InvalidArgument otherwise); once constructed they are trusted.
+//
+// Thread-safety: immutable values.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace runledger {
+
+template <class Tag, class T>
+class StrongValue {
+ public:
+  constexpr explicit StrongValue(T value) : value_(std::move(value)) {}
+  constexpr const T& value() const { return value_; }
+  friend constexpr auto operator<=>(const StrongValue&, const StrongValue&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const StrongValue& v) { return os << v.value_; }
+
+ private:
+  T value_;
+};
+
+// True for a canonical 8-4-4-4-12 hexadecimal UUID (either case).
+bool is_uuid(std::string_view text);
+
+// A UUID that names something. parse() lower-cases and validates.
+template <class Tag>
+class UuidId : public StrongValue<Tag, std::string> {
+ public:
+  using StrongValue<Tag, std::string>::StrongValue;
+  static UuidId parse(std::string_view text);
+};
+
+struct RunIdTag {};
+struct IncarnationIdTag {};
+struct GenerationTag {};
+struct StepNoTag {};
+struct SlotNameTag {};
+
+using RunId = UuidId<RunIdTag>;
+// One start of one process: a fresh random UUID minted at boot.
+using IncarnationId = UuidId<IncarnationIdTag>;
+// The fencing token: bumped by every claim of a run.
+using Generation = StrongValue<GenerationTag, std::int64_t>;
+// A run's tool-call counter, continuous across generations.
+using StepNo = StrongValue<StepNoTag, std::int64_t>;
+// The stable name of a bot process, e.g. "bot-1".
+using SlotName = StrongValue<SlotNameTag, std::string>;
+
+// A fresh random (version 4) UUID from OpenSSL's CSPRNG.
+std::string random_uuid();
+
+// Throws InvalidArgument unless `text` is a canonical UUID; returns it lower-cased.
+std::string canonical_uuid(std::string_view text, std::string_view what);
+
+template <class Tag>
+UuidId<Tag> UuidId<Tag>::parse(std::string_view text) {
+  return UuidId(canonical_uuid(text, "id"));
+}
+
+}  // namespace runledger
+
+template <class Tag, class T>
+struct std::hash<runledger::StrongValue<Tag, T>> {
+  std::size_t operator()(const runledger::StrongValue<Tag, T>& v) const {
+    return std::hash<T>{}(v.value());
+  }
+};
+template <class Tag>
+struct std::hash<runledger::UuidId<Tag>> {
+  std::size_t operator()(const runledger::UuidId<Tag>& v) const {
+    return std::hash<std::string>{}(v.value());
+  }
+};

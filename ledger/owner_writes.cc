@@ -1,0 +1,106 @@
+// Writes made by a run's owner, each fenced by the generation it names.
+#include "errors/errors.h"
+#include "failpoint/failpoint.h"
+#include "ledger/ledger.h"
+#include "ledger/run_row.h"
+#include "ledger/statements.h"
+
+namespace runledger::ledger {
+namespace {
+
+// A guarded write changed nothing: say why, as the typed outcome.
+[[noreturn]] void refuse(const Run& current, Generation generation, std::string_view action) {
+  nlohmann::json details = {{"run_id", current.run_id.value()},
+                            {"generation", generation.value()},
+                            {"current_generation", current.generation.value()},
+                            {"status", to_string(current.status)}};
+  throw FencedError(std::string(action) + " of run " + current.run_id.value() + " as generation " +
+                        std::to_string(generation.value()) + " refused: the run is " +
+                        std::string(to_string(current.status)) + " at generation " +
+                        std::to_string(current.generation.value()),
+                    std::move(details));
+}
+
+// "{a,b,c}": a PostgreSQL array literal of values that need no quoting (UUIDs, integers).
+template <class T, class F>
+std::string array_literal(const std::vector<T>& items, F&& text) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ',';
+    out += text(items[i]);
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+std::vector<RunId> Ledger::heartbeat(const Owner& owner,
+                                     const std::vector<std::pair<RunId, Generation>>& runs) {
+  if (runs.empty()) return {};
+  const auto ids = array_literal(runs, [](const auto& r) { return r.first.value(); });
+  const auto generations =
+      array_literal(runs, [](const auto& r) { return std::to_string(r.second.value()); });
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto kept = pg::exec(tx, sql::kHeartbeat, options_.lease_ttl.count(), ids, generations,
+                             owner.slot.value(), owner.incarnation.value());
+  std::vector<std::string> kept_ids;
+  for (const auto& row : kept) kept_ids.push_back(row[0].as<std::string>());
+  std::vector<RunId> lost;
+  for (const auto& [run, generation] : runs) {
+    if (std::find(kept_ids.begin(), kept_ids.end(), run.value()) == kept_ids.end()) {
+      lost.push_back(run);
+    }
+  }
+  return lost;
+}
+
+void Ledger::finish(const RunId& run, Generation generation, RunStatus status,
+                    const nlohmann::json& result) {
+  if (!is_terminal(status)) {
+    throw InvalidArgument("finish needs a terminal status, not " + std::string(to_string(status)));
+  }
+  {
+    auto conn = pool_.acquire();
+    pqxx::nontransaction tx(*conn);
+    if (!pg::exec(tx, sql::kFinish, run.value(), generation.value(), std::string(to_string(status)),
+                  result.dump())
+             .empty()) {
+      return;
+    }
+  }
+  const Run current = get(run);
+  if (current.generation == generation && is_terminal(current.status)) {
+    if (current.status == status && current.result == result) return;  // the same finish again
+    throw Conflict("run " + run.value() + " already ended as " +
+                       std::string(to_string(current.status)) + " with another result",
+                   {{"run_id", run.value()}, {"status", to_string(current.status)}});
+  }
+  refuse(current, generation, "finish");
+}
+
+void Ledger::release(const RunId& run, Generation generation) {
+  {
+    auto conn = pool_.acquire();
+    pqxx::nontransaction tx(*conn);
+    if (!pg::exec(tx, sql::kRelease, run.value(), generation.value()).empty()) return;
+  }
+  refuse(get(run), generation, "release");
+}
+
+void Ledger::write_fenced(const RunId& run, Generation generation,
+                          const std::function<void(pqxx::work&)>& body) {
+  {
+    auto conn = pool_.acquire();
+    pqxx::work tx(*conn);
+    if (!pg::exec(tx, sql::kFenceShare, run.value(), generation.value()).empty()) {
+      body(tx);
+      failpoint::hit("ledger.write_fenced.before_commit");
+      tx.commit();
+      return;
+    }
+  }
+  refuse(get(run), generation, "write");
+}
+
+}  // namespace runledger::ledger

@@ -1,0 +1,162 @@
+// Every SQL statement of the ledger, in one place. Private to ledger/.
+//
+// Owner writes are guarded by `generation = $g AND status = 'running'` inside an UPDATE of the
+// run row (which takes the row lock, and which READ COMMITTED re-checks against the newest row
+// version after waiting for a concurrent claim), or by a FOR SHARE lock of the run row taken in
+// the same transaction before the write. A plain WHERE check, or FOR KEY SHARE (which a claim's
+// UPDATE does not conflict with), lets a stale write commit after a concurrent claim.
+#pragma once
+
+#include "pg/pg.h"
+
+namespace runledger::ledger::sql {
+
+// $1 lease milliseconds, as used by every statement that sets a lease.
+#define RUNLEDGER_LEASE_END "runledger_now() + make_interval(secs => $1::bigint / 1000.0)"
+
+inline constexpr pg::Statement kInsertRun{"ledger_insert_run", R"sql(
+  INSERT INTO live_runs (dispatch_key, thread_key, requester, profile, budget_wall_s,
+                         budget_max_steps, parent_run_id, parent_instance_id, depth)
+  VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::uuid, $8, $9)
+  ON CONFLICT (dispatch_key) DO NOTHING
+  RETURNING *
+)sql"};
+
+inline constexpr pg::Statement kRunByDispatchKey{"ledger_run_by_dispatch_key",
+                                                 "SELECT * FROM live_runs WHERE dispatch_key = $1"};
+
+inline constexpr pg::Statement kLiveRunInThread{
+    "ledger_live_run_in_thread",
+    "SELECT run_id FROM live_runs WHERE thread_key = $1 AND status IN ('queued', 'running')"};
+
+// Serializes fan-out checks of one parent run with its children's inserts.
+inline constexpr pg::Statement kLockParentRun{
+    "ledger_lock_parent_run", "SELECT depth, status FROM live_runs WHERE run_id = $1 FOR UPDATE"};
+
+// The same for a parent instance, which has no row in this module.
+inline constexpr pg::Statement kLockParentInstance{
+    "ledger_lock_parent_instance",
+    "SELECT pg_advisory_xact_lock(hashtextextended('runledger.fanout:' || $1, 0))"};
+
+inline constexpr pg::Statement kLiveChildrenOfRun{
+    "ledger_live_children_of_run",
+    "SELECT count(*) FROM live_runs WHERE parent_run_id = $1 AND status IN ('queued', 'running')"};
+
+inline constexpr pg::Statement kLiveChildrenOfInstance{
+    "ledger_live_children_of_instance",
+    "SELECT count(*) FROM live_runs WHERE parent_instance_id = $1 "
+    "AND status IN ('queued', 'running')"};
+
+// Claims. `taken_over`: the run was running under another owner (whose lease expired, or whose
+// slot was taken over), so it may have a tool call in flight.
+inline constexpr pg::Statement kClaimNext{"ledger_claim_next", R"sql(
+  WITH pick AS (
+    SELECT run_id, status AS old_status FROM live_runs
+    WHERE status IN ('queued', 'running')
+      AND coalesce(lease_expires_at, '-infinity'::timestamptz) < runledger_now()
+    ORDER BY coalesce(lease_expires_at, '-infinity'::timestamptz), created_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED)
+  UPDATE live_runs r
+  SET status = 'running', generation = r.generation + 1, owner_slot = $2,
+      owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
+      claimed_at = runledger_now(),
+      takeovers = r.takeovers + (pick.old_status = 'running')::int
+  FROM pick WHERE r.run_id = pick.run_id
+  RETURNING r.*, pick.old_status = 'running' AS taken_over
+)sql"};
+
+inline constexpr pg::Statement kClaimOne{"ledger_claim_one", R"sql(
+  WITH pick AS (
+    SELECT run_id, status AS old_status FROM live_runs
+    WHERE run_id = $4::uuid
+      AND (status = 'queued' OR (status = 'running' AND lease_expires_at < runledger_now()))
+    FOR UPDATE)
+  UPDATE live_runs r
+  SET status = 'running', generation = r.generation + 1, owner_slot = $2,
+      owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
+      claimed_at = runledger_now(),
+      takeovers = r.takeovers + (pick.old_status = 'running')::int
+  FROM pick WHERE r.run_id = pick.run_id
+  RETURNING r.*, pick.old_status = 'running' AS taken_over
+)sql"};
+
+// Waits for row locks (no SKIP LOCKED): the predecessor is dead, its runs must all be taken now.
+inline constexpr pg::Statement kTakeOverSlot{"ledger_take_over_slot", R"sql(
+  WITH pick AS (
+    SELECT run_id FROM live_runs
+    WHERE status = 'running' AND owner_slot = $2 AND owner_incarnation <> $3::uuid
+    ORDER BY created_at
+    FOR UPDATE)
+  UPDATE live_runs r
+  SET generation = r.generation + 1, owner_incarnation = $3::uuid,
+      lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
+      claimed_at = runledger_now(), takeovers = r.takeovers + 1
+  FROM pick WHERE r.run_id = pick.run_id AND r.status = 'running'
+  RETURNING r.*, true AS taken_over
+)sql"};
+
+// $2 run ids, $3 generations (parallel arrays), $4 owner slot, $5 owner incarnation.
+inline constexpr pg::Statement kHeartbeat{"ledger_heartbeat", R"sql(
+  UPDATE live_runs r SET lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(
+  FROM unnest($2::uuid[], $3::bigint[]) AS h(run_id, generation)
+  WHERE r.run_id = h.run_id AND r.generation = h.generation AND r.status = 'running'
+    AND r.owner_slot = $4 AND r.owner_incarnation = $5::uuid
+  RETURNING r.run_id
+)sql"};
+
+inline constexpr pg::Statement kFinish{"ledger_finish", R"sql(
+  UPDATE live_runs
+  SET status = $3, result = $4::jsonb, finished_at = runledger_now(), lease_expires_at = NULL
+  WHERE run_id = $1::uuid AND generation = $2 AND status = 'running'
+  RETURNING run_id
+)sql"};
+
+inline constexpr pg::Statement kRelease{"ledger_release", R"sql(
+  UPDATE live_runs
+  SET status = 'queued', lease_expires_at = NULL, owner_slot = NULL, owner_incarnation = NULL
+  WHERE run_id = $1::uuid AND generation = $2 AND status = 'running'
+  RETURNING run_id
+)sql"};
+
+// The guard of write_fenced(): FOR SHARE conflicts with a claim's row lock, so the claim waits
+// for this transaction (or this statement waits for the claim and then finds no row).
+inline constexpr pg::Statement kFenceShare{"ledger_fence_share", R"sql(
+  SELECT 1 FROM live_runs
+  WHERE run_id = $1::uuid AND generation = $2 AND status = 'running'
+  FOR SHARE
+)sql"};
+
+inline constexpr pg::Statement kCancel{"ledger_cancel", R"sql(
+  UPDATE live_runs
+  SET status = 'cancelled', generation = generation + 1, lease_expires_at = NULL,
+      finished_at = runledger_now(), result = jsonb_build_object('cancelled_by', $2::text)
+  WHERE run_id = $1::uuid AND status IN ('queued', 'running')
+  RETURNING run_id
+)sql"};
+
+inline constexpr pg::Statement kGetRun{"ledger_get_run",
+                                       "SELECT * FROM live_runs WHERE run_id = $1::uuid"};
+
+// Optional filters are NULL when absent.
+inline constexpr pg::Statement kListRuns{"ledger_list_runs", R"sql(
+  SELECT * FROM live_runs
+  WHERE ($1::text IS NULL OR status = $1)
+    AND ($2::text IS NULL OR thread_key = $2)
+    AND ($3::uuid IS NULL OR parent_run_id = $3)
+    AND ($4::text IS NULL OR parent_instance_id = $4)
+  ORDER BY created_at DESC, run_id
+  LIMIT $5
+)sql"};
+
+// Children, steps and transcripts hang off a run by foreign keys (CASCADE or SET NULL).
+inline constexpr pg::Statement kSweepBatch{"ledger_sweep_batch", R"sql(
+  DELETE FROM live_runs WHERE run_id IN (
+    SELECT run_id FROM live_runs
+    WHERE finished_at < runledger_now() - make_interval(secs => $1::bigint)
+    LIMIT $2)
+)sql"};
+
+#undef RUNLEDGER_LEASE_END
+
+}  // namespace runledger::ledger::sql

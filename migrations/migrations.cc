@@ -1,0 +1,145 @@
+#include "migrations/migrations.h"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <map>
+#include <stdexcept>
+#include <string_view>
+
+#include "digest/digest.h"
+#include "errors/errors.h"
+#include "pg/pg.h"
+
+namespace runledger::migrations {
+
+struct EmbeddedFile {
+  std::string_view name;
+  std::string_view bytes;
+};
+const std::vector<EmbeddedFile>& embedded_files();
+
+namespace {
+
+// Any constant unique to runledger; advisory locks are per database.
+constexpr std::int64_t kMigrationLock = 0x72756e6c6467;  // "runldg"
+
+// The record of applied migrations is the runner's own bookkeeping, so it creates it itself;
+// everything else lives in the numbered files.
+constexpr pg::Statement kCreateRecord{"migrations_create_record", R"sql(
+  CREATE TABLE IF NOT EXISTS runledger_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    sha256     text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+)sql"};
+constexpr pg::Statement kLock{"migrations_lock", "SELECT pg_advisory_lock($1)"};
+constexpr pg::Statement kApplied{
+    "migrations_applied",
+    "SELECT version, name, sha256 FROM runledger_migrations ORDER BY version"};
+constexpr pg::Statement kRecord{
+    "migrations_record",
+    "INSERT INTO runledger_migrations (version, name, sha256) VALUES ($1, $2, $3)"};
+constexpr pg::Statement kRecordExists{"migrations_record_exists",
+                                      "SELECT to_regclass('runledger_migrations') IS NOT NULL"};
+
+int parse_version(std::string_view name) {
+  int version = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), version);
+  if (ec != std::errc() || end != name.data() + 4 || name.size() < 6 || name[4] != '_') {
+    throw std::logic_error("migration file name must be NNNN_name.sql: " + std::string(name));
+  }
+  return version;
+}
+
+std::vector<Migration> load() {
+  std::vector<Migration> out;
+  for (const auto& file : embedded_files()) {
+    Migration m{parse_version(file.name), std::string(file.name), std::string(file.bytes),
+                digest::hex(digest::sha256(file.bytes))};
+    if (m.version != static_cast<int>(out.size()) + 1) {
+      throw std::logic_error("migrations must be numbered 0001, 0002, ... without gaps; found " +
+                             m.name);
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+struct Recorded {
+  std::string name;
+  std::string sha256;
+};
+
+std::map<int, Recorded> read_record(pqxx::connection& conn) {
+  pqxx::nontransaction tx(conn);
+  std::map<int, Recorded> out;
+  for (const auto& row : pg::exec(tx, kApplied)) {
+    out[row[0].as<int>()] = Recorded{row[1].as<std::string>(), row[2].as<std::string>()};
+  }
+  return out;
+}
+
+void check_record(const std::map<int, Recorded>& recorded) {
+  const auto& known = all();
+  for (const auto& [version, rec] : recorded) {
+    if (version < 1 || version > static_cast<int>(known.size())) {
+      throw Conflict("the database has migration " + std::to_string(version) + " (" + rec.name +
+                         ") which this build does not know: the database is newer than the code",
+                     {{"version", version}});
+    }
+    const Migration& m = known[static_cast<std::size_t>(version - 1)];
+    if (m.sha256 != rec.sha256) {
+      throw Conflict("migration " + m.name + " was changed after it was applied (recorded sha256 " +
+                         rec.sha256 + ", file sha256 " + m.sha256 +
+                         "); add a new migration instead of editing an applied one",
+                     {{"version", version}});
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<Migration>& all() {
+  static const std::vector<Migration> migrations = load();
+  return migrations;
+}
+
+std::vector<Applied> apply(const std::string& url) {
+  pqxx::connection conn(url);
+  {
+    pqxx::nontransaction tx(conn);
+    pg::exec(tx, kLock, kMigrationLock);
+  }
+  // The lock is released when `conn` closes, on every path out of this function.
+  std::vector<Applied> done;
+  {
+    pqxx::nontransaction tx(conn);
+    pg::exec(tx, kCreateRecord);
+  }
+  const auto recorded = read_record(conn);
+  check_record(recorded);
+  for (const auto& m : all()) {
+    if (recorded.contains(m.version)) continue;
+    pqxx::work tx(conn);
+    tx.exec(m.sql);  // the file itself: trusted code shipped in the binary, not a value
+    pg::exec(tx, kRecord, m.version, m.name, m.sha256);
+    tx.commit();
+    spdlog::info("applied migration {}", m.name);
+    done.push_back({m.version, m.name});
+  }
+  return done;
+}
+
+std::vector<Applied> applied(const std::string& url) {
+  pqxx::connection conn(url);
+  {
+    pqxx::nontransaction tx(conn);
+    if (!pg::exec(tx, kRecordExists)[0][0].as<bool>()) return {};
+  }
+  std::vector<Applied> out;
+  for (const auto& [version, rec] : read_record(conn)) out.push_back({version, rec.name});
+  return out;
+}
+
+}  // namespace runledger::migrations

@@ -1,0 +1,41 @@
+// Schema migrations: the numbered files migrations/NNNN_name.sql, compiled into the binary.
+//
+// Contract:
+//  - apply() applies every migration the database lacks, in order, each in its own transaction
+//    together with its record (version, name, SHA-256 of the file's bytes) in
+//    runledger_migrations. It runs under a session advisory lock, so processes that start at once
+//    apply each migration exactly once; the others wait and then find nothing to do.
+//  - An applied migration whose file has changed since, or an applied version this build does not
+//    know (the database is newer than the code), is a Conflict naming the version: nothing is
+//    applied.
+//
+// Thread-safety: functions are thread-safe; each opens its own connection.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace runledger::migrations {
+
+struct Migration {
+  int version;
+  std::string name;    // e.g. "0001_ledger"
+  std::string sql;     // the file's exact bytes
+  std::string sha256;  // hex of the file's bytes
+};
+
+// The migrations compiled into this binary, in version order.
+const std::vector<Migration>& all();
+
+struct Applied {
+  int version;
+  std::string name;
+};
+
+// Applies what is missing; returns what this call applied (empty when up to date).
+std::vector<Applied> apply(const std::string& url);
+
+// Versions recorded as applied in the database, in order.
+std::vector<Applied> applied(const std::string& url);
+
+}  // namespace runledger::migrations
