@@ -47,7 +47,7 @@ void log_status(pg::Pool& pool) {
 
 int service(const Args& args) {
   const std::string url = database_url();
-  for (const auto& m : migrations::apply(url)) spdlog::info("migrated {}", m.name);
+  migrations::apply(url);  // logs what it applies
   const auto sweep_every = seconds_flag(args, "--sweep-interval", std::chrono::hours(6));
   const auto status_every = seconds_flag(args, "--status-interval", std::chrono::seconds(60));
 

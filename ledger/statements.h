@@ -3,8 +3,10 @@
 // Owner writes are guarded by `generation = $g AND status = 'running'` inside an UPDATE of the
 // run row (which takes the row lock, and which READ COMMITTED re-checks against the newest row
 // version after waiting for a concurrent claim), or by a FOR SHARE lock of the run row taken in
-// the same transaction before the write. A plain WHERE check, or FOR KEY SHARE (which a claim's
-// UPDATE does not conflict with), lets a stale write commit after a concurrent claim.
+// the same transaction before the write. Claims lock their rows FOR NO KEY UPDATE, the lock an
+// UPDATE takes anyway. A plain WHERE check, or FOR KEY SHARE (which does not conflict with FOR NO
+// KEY UPDATE), lets a stale write commit after a concurrent claim; tests/ledger/fencing_test.cc
+// fails for both.
 #pragma once
 
 #include "pg/pg.h"
@@ -31,7 +33,8 @@ inline constexpr pg::Statement kLiveRunInThread{
 
 // Serializes fan-out checks of one parent run with its children's inserts.
 inline constexpr pg::Statement kLockParentRun{
-    "ledger_lock_parent_run", "SELECT depth, status FROM live_runs WHERE run_id = $1 FOR UPDATE"};
+    "ledger_lock_parent_run",
+    "SELECT depth, status FROM live_runs WHERE run_id = $1 FOR NO KEY UPDATE"};
 
 // The same for a parent instance, which has no row in this module.
 inline constexpr pg::Statement kLockParentInstance{
@@ -56,7 +59,7 @@ inline constexpr pg::Statement kClaimNext{"ledger_claim_next", R"sql(
       AND coalesce(lease_expires_at, '-infinity'::timestamptz) < runledger_now()
     ORDER BY coalesce(lease_expires_at, '-infinity'::timestamptz), created_at
     LIMIT $4
-    FOR UPDATE SKIP LOCKED)
+    FOR NO KEY UPDATE SKIP LOCKED)
   UPDATE live_runs r
   SET status = 'running', generation = r.generation + 1, owner_slot = $2,
       owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
@@ -71,7 +74,7 @@ inline constexpr pg::Statement kClaimOne{"ledger_claim_one", R"sql(
     SELECT run_id, status AS old_status FROM live_runs
     WHERE run_id = $4::uuid
       AND (status = 'queued' OR (status = 'running' AND lease_expires_at < runledger_now()))
-    FOR UPDATE)
+    FOR NO KEY UPDATE)
   UPDATE live_runs r
   SET status = 'running', generation = r.generation + 1, owner_slot = $2,
       owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
@@ -87,7 +90,7 @@ inline constexpr pg::Statement kTakeOverSlot{"ledger_take_over_slot", R"sql(
     SELECT run_id FROM live_runs
     WHERE status = 'running' AND owner_slot = $2 AND owner_incarnation <> $3::uuid
     ORDER BY created_at
-    FOR UPDATE)
+    FOR NO KEY UPDATE)
   UPDATE live_runs r
   SET generation = r.generation + 1, owner_incarnation = $3::uuid,
       lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,

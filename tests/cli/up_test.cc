@@ -1,0 +1,127 @@
+// `runledger up` as a real process: it owns the embedded cluster and its children, survives a
+// kill -9 of a predecessor, refuses a second live owner, and stops everything on Ctrl-C.
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "ids/ids.h"
+#include "ledger/ledger.h"
+
+using namespace runledger;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+pid_t spawn_up(const fs::path& root) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    unsetenv("DATABASE_URL");
+    const std::string root_arg = root.string();
+    execl(RUNLEDGER_BINARY, "runledger", "up", "--root", root_arg.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// The URL `up` publishes once the database is up and migrated, or "" after `timeout`.
+std::string wait_for_database(const fs::path& root, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(root / "database_url");
+    std::string url;
+    if (in && std::getline(in, url) && !url.empty()) {
+      try {
+        pqxx::connection conn(url);
+        pqxx::nontransaction tx(conn);
+        if (tx.exec("SELECT count(*) FROM runledger_migrations")[0][0].as<int>() > 0) return url;
+      } catch (const std::exception&) {
+        // not ready yet
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return "";
+}
+
+std::optional<int> wait_exit(pid_t pid, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::nullopt;
+}
+
+// Processes whose command line mentions `needle` (e.g. the cluster's data directory).
+int processes_mentioning(const std::string& needle) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(needle) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+struct Root {
+  fs::path path = fs::temp_directory_path() / ("runledger-uptest-" + random_uuid());
+  ~Root() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("up survives a kill -9 of its predecessor, keeps the data, and stops cleanly") {
+  Root root;
+  const pid_t first = spawn_up(root.path);
+  const std::string url = wait_for_database(root.path, 90s);
+  REQUIRE_FALSE(url.empty());
+  std::string run_id;
+  {
+    pg::Pool pool(url, 1);
+    ledger::Ledger ledger(pool);
+    ledger::DispatchRequest r;
+    r.dispatch_key = "before-the-crash";
+    r.thread_key = "t";
+    r.requester = "test";
+    run_id = ledger.dispatch(r).run.run_id.value();
+  }
+
+  // A second owner of the same root is refused while the first lives (exit code 4: conflict).
+  const pid_t intruder = spawn_up(root.path);
+  CHECK(wait_exit(intruder, 60s) == 4);
+
+  kill(first, SIGKILL);
+  REQUIRE(wait_exit(first, 10s).has_value());
+  fs::remove(root.path / "database_url");  // stale: published by the dead owner
+
+  const pid_t second = spawn_up(root.path);
+  const std::string url2 = wait_for_database(root.path, 90s);
+  REQUIRE_FALSE(url2.empty());
+  {
+    pg::Pool pool(url2, 1);
+    ledger::Ledger ledger(pool);
+    CHECK(ledger.get(RunId(run_id)).dispatch_key == "before-the-crash");
+  }
+  const auto pgdata = (root.path / "pgdata").string();
+  CHECK(processes_mentioning(pgdata) == 1);  // one postmaster: the leftover was stopped
+
+  kill(second, SIGINT);
+  CHECK(wait_exit(second, 60s) == 0);
+  CHECK(processes_mentioning(pgdata) == 0);
+  CHECK_FALSE(fs::exists(root.path / "database_url"));
+}
