@@ -61,6 +61,12 @@ std::string random_uuid();
 // Throws InvalidArgument unless `text` is a canonical UUID; returns it lower-cased.
 std::string canonical_uuid(std::string_view text, std::string_view what);
 
+// Keys and names that reach the database (dispatch and thread keys, tool names, ...): 1-255 bytes
+// of valid UTF-8 with no control characters. InvalidArgument naming `what` otherwise.
+void check_key(std::string_view value, std::string_view what);
+// Instance ids: 1-255 characters of [A-Za-z0-9_.:-].
+void check_instance_id(std::string_view value, std::string_view what);
+
 template <class Tag>
 UuidId<Tag> UuidId<Tag>::parse(std::string_view text) {
   return UuidId(canonical_uuid(text, "id"));

@@ -3,7 +3,6 @@
 #include "errors/errors.h"
 #include "ledger/run_row.h"
 #include "ledger/statements.h"
-#include "ledger/validation.h"
 
 namespace runledger::ledger {
 namespace {
@@ -36,7 +35,8 @@ Dispatched insert_run(pqxx::transaction_base& tx, const Insert& in, int depth) {
   const auto inserted =
       pg::exec(tx, sql::kInsertRun, in.request.dispatch_key, in.request.thread_key,
                in.request.requester, in.profile, in.budget.wall_s, in.budget.max_steps,
-               pg::nullable(parent_run), pg::nullable(in.request.parent_instance), depth);
+               pg::nullable(parent_run), pg::nullable(in.request.parent_instance), depth,
+               pqxx::binarystring(in.request.system_prompt));
   if (!inserted.empty()) return {run_from_row(inserted[0]), true};
   return {run_from_row(pg::exec(tx, sql::kRunByDispatchKey, in.request.dispatch_key)[0]), false};
 }
@@ -78,6 +78,11 @@ Dispatched Ledger::dispatch(const DispatchRequest& request) {
     throw InvalidArgument(
         "profile is larger than " + std::to_string(options_.max_profile_bytes) + " bytes",
         {{"field", "profile"}});
+  }
+  if (request.system_prompt.size() > options_.max_system_prompt_bytes) {
+    throw InvalidArgument("system_prompt is larger than " +
+                              std::to_string(options_.max_system_prompt_bytes) + " bytes",
+                          {{"field", "system_prompt"}});
   }
   const Budget budget = request.budget.value_or(options_.default_budget);
   check_budget(budget, options_.max_budget);

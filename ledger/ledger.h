@@ -67,6 +67,8 @@ struct Options {
   int max_live_children = 8;
   // The largest profile JSON accepted, serialized.
   std::size_t max_profile_bytes = 256 * 1024;
+  // The largest system prompt accepted.
+  std::size_t max_system_prompt_bytes = 4u << 20;
   // Terminal runs older than this are deleted by sweep_retention().
   std::chrono::seconds retention{std::chrono::hours(7 * 24)};
 };
@@ -79,6 +81,8 @@ struct DispatchRequest {
   std::optional<Budget> budget;  // Options::default_budget when absent
   std::optional<RunId> parent_run;
   std::optional<std::string> parent_instance;  // 1-255 characters of [A-Za-z0-9_.:-]
+  // Bytes, stored and returned exactly (transcript::Store::system_prompt); never changed later.
+  std::string system_prompt;
 };
 
 struct Run {
@@ -154,6 +158,10 @@ class Ledger {
   // what serializes the body's writes against claims.
   void write_fenced(const RunId& run, Generation generation,
                     const std::function<void(pqxx::work&)>& body);
+
+  // For modules whose own fenced writes changed nothing: throws NotFound, or FencedError naming
+  // the writer's and the current generation and status.
+  [[noreturn]] void throw_refused(const RunId& run, Generation generation, std::string_view action);
 
   // An operator ends a run of any owner: cancelled, the generation bumped so the owner's next
   // write is fenced. Cancelling a cancelled run is a no-op; a run that ended otherwise is a

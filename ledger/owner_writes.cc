@@ -8,19 +8,6 @@
 namespace runledger::ledger {
 namespace {
 
-// A guarded write changed nothing: say why, as the typed outcome.
-[[noreturn]] void refuse(const Run& current, Generation generation, std::string_view action) {
-  nlohmann::json details = {{"run_id", current.run_id.value()},
-                            {"generation", generation.value()},
-                            {"current_generation", current.generation.value()},
-                            {"status", to_string(current.status)}};
-  throw FencedError(std::string(action) + " of run " + current.run_id.value() + " as generation " +
-                        std::to_string(generation.value()) + " refused: the run is " +
-                        std::string(to_string(current.status)) + " at generation " +
-                        std::to_string(current.generation.value()),
-                    std::move(details));
-}
-
 // "{a,b,c}": a PostgreSQL array literal of values that need no quoting (UUIDs, integers).
 template <class T, class F>
 std::string array_literal(const std::vector<T>& items, F&& text) {
@@ -33,6 +20,18 @@ std::string array_literal(const std::vector<T>& items, F&& text) {
 }
 
 }  // namespace
+
+void Ledger::throw_refused(const RunId& run, Generation generation, std::string_view action) {
+  const Run current = get(run);  // NotFound when unknown
+  throw FencedError(std::string(action) + " of run " + run.value() + " as generation " +
+                        std::to_string(generation.value()) + " refused: the run is " +
+                        std::string(to_string(current.status)) + " at generation " +
+                        std::to_string(current.generation.value()),
+                    {{"run_id", run.value()},
+                     {"generation", generation.value()},
+                     {"current_generation", current.generation.value()},
+                     {"status", to_string(current.status)}});
+}
 
 std::vector<RunId> Ledger::heartbeat(const Owner& owner,
                                      const std::vector<std::pair<RunId, Generation>>& runs) {
@@ -76,7 +75,7 @@ void Ledger::finish(const RunId& run, Generation generation, RunStatus status,
                        std::string(to_string(current.status)) + " with another result",
                    {{"run_id", run.value()}, {"status", to_string(current.status)}});
   }
-  refuse(current, generation, "finish");
+  throw_refused(run, generation, "finish");
 }
 
 void Ledger::release(const RunId& run, Generation generation) {
@@ -85,7 +84,7 @@ void Ledger::release(const RunId& run, Generation generation) {
     pqxx::nontransaction tx(*conn);
     if (!pg::exec(tx, sql::kRelease, run.value(), generation.value()).empty()) return;
   }
-  refuse(get(run), generation, "release");
+  throw_refused(run, generation, "release");
 }
 
 void Ledger::write_fenced(const RunId& run, Generation generation,
@@ -100,7 +99,7 @@ void Ledger::write_fenced(const RunId& run, Generation generation,
       return;
     }
   }
-  refuse(get(run), generation, "write");
+  throw_refused(run, generation, "write");
 }
 
 }  // namespace runledger::ledger

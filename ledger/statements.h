@@ -13,19 +13,31 @@
 
 namespace runledger::ledger::sql {
 
+// The columns run_from_row() reads: everything but the system prompt and the transcript head.
+#define RUNLEDGER_RUN_COLUMNS                                                                 \
+  "run_id, dispatch_key, thread_key, parent_run_id, parent_instance_id, depth, requester, "   \
+  "profile, status, generation, owner_slot, owner_incarnation, lease_expires_at, takeovers, " \
+  "budget_wall_s, budget_max_steps, created_at, claimed_at, finished_at, result"
+#define RUNLEDGER_R_RUN_COLUMNS                                                              \
+  "r.run_id, r.dispatch_key, r.thread_key, r.parent_run_id, r.parent_instance_id, r.depth, " \
+  "r.requester, r.profile, r.status, r.generation, r.owner_slot, r.owner_incarnation, "      \
+  "r.lease_expires_at, r.takeovers, r.budget_wall_s, r.budget_max_steps, r.created_at, "     \
+  "r.claimed_at, r.finished_at, r.result"
+
 // $1 lease milliseconds, as used by every statement that sets a lease.
 #define RUNLEDGER_LEASE_END "runledger_now() + make_interval(secs => $1::bigint / 1000.0)"
 
 inline constexpr pg::Statement kInsertRun{"ledger_insert_run", R"sql(
   INSERT INTO live_runs (dispatch_key, thread_key, requester, profile, budget_wall_s,
-                         budget_max_steps, parent_run_id, parent_instance_id, depth)
-  VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::uuid, $8, $9)
+                         budget_max_steps, parent_run_id, parent_instance_id, depth,
+                         system_prompt)
+  VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::uuid, $8, $9, nullif($10::bytea, ''::bytea))
   ON CONFLICT (dispatch_key) DO NOTHING
-  RETURNING *
-)sql"};
+  RETURNING )sql" RUNLEDGER_RUN_COLUMNS};
 
 inline constexpr pg::Statement kRunByDispatchKey{"ledger_run_by_dispatch_key",
-                                                 "SELECT * FROM live_runs WHERE dispatch_key = $1"};
+                                                 "SELECT " RUNLEDGER_RUN_COLUMNS
+                                                 " FROM live_runs WHERE dispatch_key = $1"};
 
 inline constexpr pg::Statement kLiveRunInThread{
     "ledger_live_run_in_thread",
@@ -66,7 +78,7 @@ inline constexpr pg::Statement kClaimNext{"ledger_claim_next", R"sql(
       claimed_at = runledger_now(),
       takeovers = r.takeovers + (pick.old_status = 'running')::int
   FROM pick WHERE r.run_id = pick.run_id
-  RETURNING r.*, pick.old_status = 'running' AS taken_over
+  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, pick.old_status = 'running' AS taken_over
 )sql"};
 
 inline constexpr pg::Statement kClaimOne{"ledger_claim_one", R"sql(
@@ -81,7 +93,7 @@ inline constexpr pg::Statement kClaimOne{"ledger_claim_one", R"sql(
       claimed_at = runledger_now(),
       takeovers = r.takeovers + (pick.old_status = 'running')::int
   FROM pick WHERE r.run_id = pick.run_id
-  RETURNING r.*, pick.old_status = 'running' AS taken_over
+  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, pick.old_status = 'running' AS taken_over
 )sql"};
 
 // Waits for row locks (no SKIP LOCKED): the predecessor is dead, its runs must all be taken now.
@@ -96,7 +108,7 @@ inline constexpr pg::Statement kTakeOverSlot{"ledger_take_over_slot", R"sql(
       lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
       claimed_at = runledger_now(), takeovers = r.takeovers + 1
   FROM pick WHERE r.run_id = pick.run_id AND r.status = 'running'
-  RETURNING r.*, true AS taken_over
+  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, true AS taken_over
 )sql"};
 
 // $2 run ids, $3 generations (parallel arrays), $4 owner slot, $5 owner incarnation.
@@ -138,12 +150,12 @@ inline constexpr pg::Statement kCancel{"ledger_cancel", R"sql(
   RETURNING run_id
 )sql"};
 
-inline constexpr pg::Statement kGetRun{"ledger_get_run",
-                                       "SELECT * FROM live_runs WHERE run_id = $1::uuid"};
+inline constexpr pg::Statement kGetRun{
+    "ledger_get_run", "SELECT " RUNLEDGER_RUN_COLUMNS " FROM live_runs WHERE run_id = $1::uuid"};
 
 // Optional filters are NULL when absent.
-inline constexpr pg::Statement kListRuns{"ledger_list_runs", R"sql(
-  SELECT * FROM live_runs
+inline constexpr pg::Statement kListRuns{"ledger_list_runs", "SELECT " RUNLEDGER_RUN_COLUMNS R"sql(
+  FROM live_runs
   WHERE ($1::text IS NULL OR status = $1)
     AND ($2::text IS NULL OR thread_key = $2)
     AND ($3::uuid IS NULL OR parent_run_id = $3)
@@ -161,5 +173,7 @@ inline constexpr pg::Statement kSweepBatch{"ledger_sweep_batch", R"sql(
 )sql"};
 
 #undef RUNLEDGER_LEASE_END
+#undef RUNLEDGER_RUN_COLUMNS
+#undef RUNLEDGER_R_RUN_COLUMNS
 
 }  // namespace runledger::ledger::sql

@@ -1,9 +1,9 @@
-# Writes OUT: a C++ file holding every migration file's exact bytes (hex-encoded, so no quoting
+# Writes OUT: a C++ file holding every migration file in DIR's exact bytes (hex-encoded, so no quoting
 # or delimiter can alter them). Run at build time by migrations/CMakeLists.txt.
 set(body "// Generated from migrations/*.sql by embed.cmake. Do not edit.\n#include <string_view>\n#include <vector>\n\nnamespace runledger::migrations {\nstruct EmbeddedFile { std::string_view name; std::string_view bytes; };\n")
 set(entries "")
 set(index 0)
-string(REPLACE "|" ";" file_list "${FILES}")
+file(GLOB file_list "${DIR}/[0-9][0-9][0-9][0-9]_*.sql")
 list(SORT file_list)
 foreach(path IN LISTS file_list)
   get_filename_component(stem "${path}" NAME_WE)

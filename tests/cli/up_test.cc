@@ -1,9 +1,9 @@
 // `runledger up` as a real process: it owns the embedded cluster and its children, survives a
 // kill -9 of a predecessor, refuses a second live owner, and stops everything on Ctrl-C.
-#include <catch2/catch.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>

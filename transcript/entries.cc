@@ -1,0 +1,154 @@
+// Transcript entries: append, head, streaming read, verification, and the system prompt.
+#include <cstring>
+
+#include "errors/errors.h"
+#include "transcript/rows.h"
+#include "transcript/statements.h"
+#include "transcript/transcript.h"
+
+namespace runledger::transcript {
+namespace {
+
+constexpr std::string_view kKindNames[] = {"system", "user", "assistant", "tool_result",
+                                           "synthetic"};
+
+}  // namespace
+
+std::string_view to_string(EntryKind kind) {
+  return kKindNames[static_cast<int>(kind)];
+}
+
+EntryKind parse_entry_kind(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(kKindNames); ++i) {
+    if (kKindNames[i] == name) return static_cast<EntryKind>(i);
+  }
+  throw InvalidArgument("unknown transcript entry kind '" + std::string(name.substr(0, 32)) +
+                        "' (system, user, assistant, tool_result, synthetic)");
+}
+
+digest::Sha256Digest chain(const digest::Sha256Digest& previous, std::int64_t seq, EntryKind kind,
+                           std::string_view body) {
+  char seq_be[8];
+  for (int i = 0; i < 8; ++i) {
+    seq_be[i] = static_cast<char>((static_cast<std::uint64_t>(seq) >> (56 - 8 * i)) & 0xff);
+  }
+  const std::string_view kind_name = to_string(kind);
+  return digest::Sha256()
+      .update(std::string_view(reinterpret_cast<const char*>(previous.data()), previous.size()))
+      .update(std::string_view(seq_be, sizeof seq_be))
+      .update(kind_name)
+      .update(std::string_view("\0", 1))
+      .update(body)
+      .finish();
+}
+
+Store::Store(pg::Pool& pool, ledger::Ledger& ledger, Options options)
+    : pool_(pool), ledger_(ledger), options_(options) {
+  if (options_.read_page_entries < 1 || options_.read_slice_bytes < 1) {
+    throw InvalidArgument("read_page_entries and read_slice_bytes must be positive");
+  }
+}
+
+std::int64_t Store::append(const RunId& run, Generation generation, EntryKind kind,
+                           std::string_view body) {
+  check_entry_size(body, options_.max_entry_bytes);
+  {
+    auto conn = pool_.acquire();
+    pqxx::nontransaction tx(*conn);
+    const auto rows = pg::exec(tx, sql::kAppend, run.value(), generation.value(),
+                               std::string(to_string(kind)), bytes_param(body));
+    if (!rows.empty()) return rows[0][0].as<std::int64_t>();
+  }
+  ledger_.throw_refused(run, generation, "transcript append");
+}
+
+Head Store::head(const RunId& run) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kHead, run.value());
+  if (rows.empty())
+    throw NotFound("run " + run.value() + " does not exist", {{"run_id", run.value()}});
+  return {rows[0][0].as<std::int64_t>(), digest_from(rows[0][1])};
+}
+
+std::string Store::system_prompt(const RunId& run) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kSystemPrompt, run.value());
+  if (rows.empty())
+    throw NotFound("run " + run.value() + " does not exist", {{"run_id", run.value()}});
+  return rows[0][0].is_null() ? std::string() : bytes_from(rows[0][0]);
+}
+
+void Store::read(const RunId& run, std::int64_t from_seq,
+                 const std::function<void(const Entry&)>& fn) {
+  std::int64_t next = std::max<std::int64_t>(from_seq, 1);
+  const auto slice = static_cast<std::int64_t>(options_.read_slice_bytes);
+  auto conn = pool_.acquire();
+  for (;;) {
+    std::vector<Entry> page;
+    {
+      pqxx::nontransaction tx(*conn);
+      const auto rows =
+          pg::exec(tx, sql::kReadPage, run.value(), next, slice, options_.read_page_entries);
+      for (const auto& row : rows) {
+        page.push_back(Entry{row["seq"].as<std::int64_t>(),
+                             Generation(row["generation"].as<std::int64_t>()),
+                             parse_entry_kind(row["kind"].as<std::string>()),
+                             row["body"].is_null() ? std::string() : bytes_from(row["body"]),
+                             digest_from(row["sha256"]), row["created_at"].as<std::string>()});
+        if (row["body"].is_null()) {
+          // Too large to come inline: fetch it slice by slice (each slice arrives hex-encoded).
+          const auto length = row["length"].as<std::int64_t>();
+          page.back().body.reserve(static_cast<std::size_t>(length));
+          for (std::int64_t offset = 0; offset < length; offset += slice) {
+            const auto part =
+                pg::exec(tx, sql::kReadSlice, run.value(), page.back().seq, offset + 1, slice);
+            page.back().body += bytes_from(part[0][0]);
+          }
+        }
+      }
+    }
+    for (auto& entry : page) {
+      fn(entry);
+      next = entry.seq + 1;
+      std::string().swap(entry.body);  // release each body as soon as it has been handed out
+    }
+    if (static_cast<int>(page.size()) < options_.read_page_entries) return;
+  }
+}
+
+Verification Store::verify(const RunId& run) {
+  const Head recorded = head(run);
+  Verification v{true, 0, std::nullopt, ""};
+  digest::Sha256Digest previous{};
+  std::int64_t expected_seq = 1;
+  const auto fail = [&](std::int64_t seq, std::string problem) {
+    if (!v.ok) return;
+    v.ok = false;
+    v.first_bad_seq = seq;
+    v.problem = std::move(problem);
+  };
+  read(run, 1, [&](const Entry& e) {
+    ++v.entries;
+    if (!v.ok) return;
+    if (e.seq != expected_seq) {
+      return fail(expected_seq, "entry " + std::to_string(expected_seq) + " is missing");
+    }
+    const auto computed = chain(previous, e.seq, e.kind, e.body);
+    if (computed != e.sha256) {
+      return fail(e.seq, "entry " + std::to_string(e.seq) + " does not match its hash");
+    }
+    previous = computed;
+    ++expected_seq;
+  });
+  if (v.ok && expected_seq - 1 != recorded.seq) {
+    fail(expected_seq, "the run's head is entry " + std::to_string(recorded.seq) +
+                           " but entries end at " + std::to_string(expected_seq - 1));
+  } else if (v.ok && previous != recorded.sha256) {
+    fail(recorded.seq, "the run's head hash does not match the last entry");
+  }
+  return v;
+}
+
+}  // namespace runledger::transcript

@@ -1,0 +1,147 @@
+// Every SQL statement of the transcript module, in one place. Private to transcript/.
+//
+// Fencing: an append UPDATEs the run row (guarded by generation and status), which takes the row
+// lock a claim also needs; an intent or a completion locks the run row FOR SHARE in the same
+// statement. Either way a claim that commits first makes the write find no row, and a write that
+// commits first is visible to the claimer (see ledger/statements.h).
+#pragma once
+
+#include "pg/pg.h"
+
+namespace runledger::transcript::sql {
+
+// The head update of an append of (KIND, BODY): moves the run's head to the next seq and its
+// chained hash, guarded by $1 run and $2 generation. The entry insert that follows reads `head`.
+#define RUNLEDGER_HEAD_UPDATE(KIND, BODY)                                                  \
+  "UPDATE live_runs r SET transcript_seq = r.transcript_seq + 1, "                         \
+  "  transcript_sha256 = sha256(r.transcript_sha256 || int8send(r.transcript_seq + 1) || " \
+  "    convert_to(" KIND "::text, 'UTF8') || '\\x00'::bytea || " BODY                      \
+  "::bytea) "                                                                              \
+  "WHERE r.run_id = $1::uuid AND r.generation = $2 AND r.status = 'running' "
+
+#define RUNLEDGER_INSERT_ENTRY(KIND, BODY)                                        \
+  "INSERT INTO transcript_entries (run_id, seq, generation, kind, body, sha256) " \
+  "SELECT run_id, transcript_seq, generation, " KIND ", " BODY                    \
+  "::bytea, transcript_sha256 FROM head "
+
+// Intents: $3 the highest step_no among them, $4 a JSON array of {step_no, tool, call_id, args}.
+#define RUNLEDGER_INTENTS                                    \
+  "intents AS (SELECT * FROM jsonb_to_recordset($4::jsonb) " \
+  "  AS i(step_no bigint, tool text, call_id text, args jsonb)) "
+
+// The run's budget admits intents up to step $3 now.
+#define RUNLEDGER_WITHIN_BUDGET           \
+  "AND $3::bigint <= r.budget_max_steps " \
+  "AND r.created_at + make_interval(secs => r.budget_wall_s) > runledger_now() "
+
+// Inserts `intents` for the run in `owner`; a duplicate step_no fails the whole statement.
+#define RUNLEDGER_INSERT_INTENTS                                                             \
+  "INSERT INTO run_steps (run_id, step_no, intent_generation, tool, call_id, args, "         \
+  "  effect_key) "                                                                           \
+  "SELECT o.run_id, i.step_no, $2, i.tool, i.call_id, i.args, o.run_id || '/' || i.step_no " \
+  "FROM owner o CROSS JOIN intents i "
+
+inline constexpr pg::Statement kAppend{
+    "transcript_append",
+    "WITH head AS (" RUNLEDGER_HEAD_UPDATE("$3", "$4") "RETURNING r.*) " RUNLEDGER_INSERT_ENTRY(
+        "$3", "$4") "RETURNING seq"};
+
+// Intents alone: refused as a whole (no row) when $2 does not own the run or the budget is spent.
+inline constexpr pg::Statement kBeginSteps{"transcript_begin_steps",
+                                           "WITH " RUNLEDGER_INTENTS
+                                           ", owner AS (SELECT r.run_id FROM live_runs r "
+                                           "  WHERE r.run_id = $1::uuid AND r.generation = $2 AND "
+                                           "r.status = 'running' " RUNLEDGER_WITHIN_BUDGET
+                                           "FOR SHARE) " RUNLEDGER_INSERT_INTENTS
+                                           "ORDER BY i.step_no RETURNING effect_key"};
+
+// The assistant turn ($5) and its intents in one statement. Returns the turn's seq (NULL when
+// refused) and the effect keys in step order.
+inline constexpr pg::Statement kAppendTurn{
+    "transcript_append_turn",
+    "WITH " RUNLEDGER_INTENTS ", head AS (" RUNLEDGER_HEAD_UPDATE("'assistant'", "$5")
+    RUNLEDGER_WITHIN_BUDGET "RETURNING r.*), "
+    "entry AS (" RUNLEDGER_INSERT_ENTRY("'assistant'", "$5") "RETURNING seq), "
+    "owner AS (SELECT run_id FROM head), "
+    "steps AS (" RUNLEDGER_INSERT_INTENTS "RETURNING step_no, effect_key) "
+    "SELECT (SELECT seq FROM entry) AS seq, "
+    "  (SELECT coalesce(jsonb_agg(effect_key ORDER BY step_no), '[]') FROM steps)::text AS keys"};
+
+// A completion: $3 step_no, $4 state, $5 result (bytea or NULL), $6 error; OWNER is a FROM item
+// yielding the run's row only while $2 owns it, locked.
+#define RUNLEDGER_COMPLETE_STEP(OWNER)                                  \
+  "UPDATE run_steps s SET state = $4, result = $5::bytea, error = $6, " \
+  "  result_generation = $2, finished_at = runledger_now() "            \
+  "FROM " OWNER " o WHERE s.run_id = o.run_id AND s.step_no = $3 AND s.state = 'intent' "
+
+#define RUNLEDGER_OWNED_RUN(LOCK)                                              \
+  "(SELECT run_id FROM live_runs WHERE run_id = $1::uuid AND generation = $2 " \
+  "  AND status = 'running' " LOCK ")"
+
+inline constexpr pg::Statement kCompleteStep{
+    "transcript_complete_step",
+    RUNLEDGER_COMPLETE_STEP(RUNLEDGER_OWNED_RUN("FOR SHARE")) "RETURNING s.step_no"};
+
+// A completion and its tool_result entry ($7). The head moves, and the entry is written, only if
+// the completion landed: a refused completion writes nothing. The run row is locked FOR NO KEY
+// UPDATE up front (not FOR SHARE): two concurrent completions of one run holding FOR SHARE would
+// deadlock upgrading it for the head update.
+inline constexpr pg::Statement kCompleteWithResult{
+    "transcript_complete_with_result",
+    "WITH owned AS " RUNLEDGER_OWNED_RUN("FOR NO KEY UPDATE") ", "
+    "step AS (" RUNLEDGER_COMPLETE_STEP("owned") "RETURNING s.step_no), "
+    "head AS (" RUNLEDGER_HEAD_UPDATE("'tool_result'", "$7")
+    "AND EXISTS (SELECT 1 FROM step) RETURNING r.*) "
+    RUNLEDGER_INSERT_ENTRY("'tool_result'", "$7") "RETURNING seq"};
+
+inline constexpr pg::Statement kHead{
+    "transcript_head",
+    "SELECT transcript_seq, transcript_sha256 FROM live_runs WHERE run_id = $1::uuid"};
+
+inline constexpr pg::Statement kSystemPrompt{
+    "transcript_system_prompt", "SELECT system_prompt FROM live_runs WHERE run_id = $1::uuid"};
+
+// A page of entries from $2; bodies up to $3 bytes come inline, larger ones by slices.
+inline constexpr pg::Statement kReadPage{"transcript_read_page", R"sql(
+  SELECT seq, generation, kind, sha256, octet_length(body) AS length, created_at,
+         CASE WHEN octet_length(body) <= $3 THEN body END AS body
+  FROM transcript_entries WHERE run_id = $1::uuid AND seq >= $2
+  ORDER BY seq LIMIT $4
+)sql"};
+
+// 1-based byte offset $3, length $4 (STORAGE EXTERNAL: only the needed chunks are read).
+inline constexpr pg::Statement kReadSlice{
+    "transcript_read_slice",
+    "SELECT substring(body FROM $3 FOR $4) FROM transcript_entries "
+    "WHERE run_id = $1::uuid AND seq = $2"};
+
+inline constexpr pg::Statement kSteps{"transcript_steps", R"sql(
+  SELECT step_no, intent_generation, result_generation, tool, call_id, args::text AS args,
+         effect_key, state, result, error, settlement::text AS settlement, started_at, finished_at
+  FROM run_steps WHERE run_id = $1::uuid ORDER BY step_no
+)sql"};
+
+inline constexpr pg::Statement kStep{"transcript_step", R"sql(
+  SELECT step_no, intent_generation, result_generation, tool, call_id, args::text AS args,
+         effect_key, state, result, error, settlement::text AS settlement, started_at, finished_at
+  FROM run_steps WHERE run_id = $1::uuid AND step_no = $2
+)sql"};
+
+inline constexpr pg::Statement kWallSpent{
+    "transcript_wall_spent",
+    "SELECT created_at + make_interval(secs => budget_wall_s) <= runledger_now() "
+    "FROM live_runs WHERE run_id = $1::uuid"};
+
+inline constexpr pg::Statement kNextStepNo{
+    "transcript_next_step_no",
+    "SELECT coalesce(max(step_no), 0) + 1 FROM run_steps WHERE run_id = $1::uuid"};
+
+#undef RUNLEDGER_HEAD_UPDATE
+#undef RUNLEDGER_INSERT_ENTRY
+#undef RUNLEDGER_INTENTS
+#undef RUNLEDGER_WITHIN_BUDGET
+#undef RUNLEDGER_INSERT_INTENTS
+#undef RUNLEDGER_COMPLETE_STEP
+#undef RUNLEDGER_OWNED_RUN
+
+}  // namespace runledger::transcript::sql

@@ -1,0 +1,170 @@
+// The write-ahead record of a run: its transcript (what the model said) and its step record
+// (which tool calls ran). One module owns both tables because the loop's hot path writes both in
+// one statement.
+//
+// Contract:
+//  - Transcript entries are bytes: stored as bytea and returned as the same bytes, never parsed,
+//    normalized or re-serialized. Entries are numbered 1, 2, ... per run and chained:
+//      sha256 = SHA-256(previous sha256 || be64(seq) || kind || 0x00 || body),
+//    the first on 32 zero bytes. The head (seq, sha256) is kept on the run row and moves in the
+//    same statement as each append, so verify() detects a modified entry and a deleted tail.
+//  - A step's intent is durable before its tool starts; begin_step() returning is the last check
+//    before a tool may run. Its effect_key, "<run_id>/<step_no>", is stable across generations.
+//    step_no counts the run's tool calls across generations; a duplicate is a Conflict, never an
+//    overwrite. An intent past the run's budget (max_steps, wall_s) is refused with
+//    BudgetExhausted, and the run is finished `failed` with {"error": "budget_exhausted"}.
+//  - Completions record the generation that wrote them (a pure step re-run by a successor has an
+//    old intent generation and a new result generation). Repeating the identical completion is a
+//    no-op; a different one is a Conflict.
+//  - Every write is fenced by generation exactly like the ledger's owner writes (FencedError).
+//  - Hot path, one statement (one round trip, one commit) each: append_turn() = the assistant
+//    turn + the intents of its tool calls; complete_with_result() = a completion + its
+//    tool_result entry.
+//  - read() streams: memory is bounded by Options::read_page_entries * read_slice_bytes plus the
+//    largest single entry, whatever the transcript's size.
+//
+// Thread-safety: Store is thread-safe (each call borrows its own pooled connection).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "digest/digest.h"
+#include "ids/ids.h"
+#include "ledger/ledger.h"
+#include "pg/pg.h"
+
+namespace runledger::transcript {
+
+enum class EntryKind { system, user, assistant, tool_result, synthetic };
+std::string_view to_string(EntryKind kind);
+EntryKind parse_entry_kind(std::string_view name);  // InvalidArgument when unknown
+
+// The chain link of one entry.
+digest::Sha256Digest chain(const digest::Sha256Digest& previous, std::int64_t seq, EntryKind kind,
+                           std::string_view body);
+
+struct Head {
+  std::int64_t seq;  // 0: no entries yet
+  digest::Sha256Digest sha256;
+};
+
+struct Entry {
+  std::int64_t seq;
+  Generation generation;
+  EntryKind kind;
+  std::string body;  // the exact bytes appended
+  digest::Sha256Digest sha256;
+  std::string created_at;
+};
+
+struct Verification {
+  bool ok;
+  std::int64_t entries;                       // entries read
+  std::optional<std::int64_t> first_bad_seq;  // the first entry that does not verify
+  std::string problem;                        // empty when ok
+};
+
+enum class StepState { intent, done, failed, settled };
+std::string_view to_string(StepState state);
+
+struct StepIntent {
+  StepNo step_no;
+  std::string tool;     // 1-255 bytes
+  std::string call_id;  // the model's id for the call, 1-255 bytes
+  nlohmann::json args = nlohmann::json::object();
+};
+
+// How a tool call ended: the tool's output bytes, or an error message.
+struct StepOutcome {
+  static StepOutcome success(std::string result) {
+    return {StepState::done, std::move(result), {}};
+  }
+  static StepOutcome failure(std::string error) {
+    return {StepState::failed, {}, std::move(error)};
+  }
+  StepState state;
+  std::string result;
+  std::string error;
+};
+
+struct Step {
+  StepNo step_no;
+  Generation intent_generation;
+  std::optional<Generation> result_generation;
+  std::string tool;
+  std::string call_id;
+  nlohmann::json args;
+  std::string effect_key;
+  StepState state;
+  std::optional<std::string> result;
+  std::optional<std::string> error;
+  nlohmann::json settlement;  // null unless settled
+  std::string started_at;
+  std::optional<std::string> finished_at;
+};
+
+struct TurnWritten {
+  std::int64_t seq;                      // of the assistant entry
+  std::vector<std::string> effect_keys;  // one per intent, in order
+};
+
+struct Options {
+  // The largest entry accepted.
+  std::size_t max_entry_bytes = 64u << 20;
+  // The largest step result accepted.
+  std::size_t max_result_bytes = 64u << 20;
+  // The largest args JSON accepted, serialized.
+  std::size_t max_args_bytes = 1u << 20;
+  // read(): entries fetched per round trip, and the slice a large entry is fetched in.
+  int read_page_entries = 16;
+  std::size_t read_slice_bytes = 256u << 10;
+};
+
+class Store {
+ public:
+  // `ledger` finishes runs whose budget is exhausted.
+  Store(pg::Pool& pool, ledger::Ledger& ledger, Options options = {});
+
+  // Appends one entry; returns its seq.
+  std::int64_t append(const RunId& run, Generation generation, EntryKind kind,
+                      std::string_view body);
+  Head head(const RunId& run);
+  // Calls `fn` for each entry with seq >= from_seq, in order.
+  void read(const RunId& run, std::int64_t from_seq, const std::function<void(const Entry&)>& fn);
+  Verification verify(const RunId& run);
+  // The bytes given at dispatch (empty when none were).
+  std::string system_prompt(const RunId& run);
+
+  // Writes one intent; returns its effect_key. The identical intent repeated returns the same key.
+  std::string begin_step(const RunId& run, Generation generation, const StepIntent& intent);
+  void complete_step(const RunId& run, Generation generation, StepNo step,
+                     const StepOutcome& outcome);
+  std::vector<Step> steps(const RunId& run);
+  // One past the highest step_no recorded (1 for a run without steps).
+  StepNo next_step_no(const RunId& run);
+
+  TurnWritten append_turn(const RunId& run, Generation generation, std::string_view assistant_turn,
+                          const std::vector<StepIntent>& intents);
+  void complete_with_result(const RunId& run, Generation generation, StepNo step,
+                            const StepOutcome& outcome, std::string_view tool_result);
+
+ private:
+  [[noreturn]] void explain_refused_intents(const RunId& run, Generation generation,
+                                            const std::vector<StepIntent>& intents);
+  // Returns when the refused completion is the identical one already recorded.
+  void explain_refused_completion(const RunId& run, Generation generation, StepNo step,
+                                  const StepOutcome& outcome);
+
+  pg::Pool& pool_;
+  ledger::Ledger& ledger_;
+  Options options_;
+};
+
+}  // namespace runledger::transcript
