@@ -68,31 +68,48 @@ inline constexpr pg::Statement kAppendTurn{
     "  (SELECT coalesce(jsonb_agg(effect_key ORDER BY step_no), '[]') FROM steps)::text AS keys"};
 
 // A completion: $3 step_no, $4 state, $5 result (bytea or NULL), $6 error; OWNER is a FROM item
-// yielding the run's row only while $2 owns it, locked.
-#define RUNLEDGER_COMPLETE_STEP(OWNER)                                  \
-  "UPDATE run_steps s SET state = $4, result = $5::bytea, error = $6, " \
-  "  result_generation = $2, finished_at = runledger_now() "            \
-  "FROM " OWNER " o WHERE s.run_id = o.run_id AND s.step_no = $3 AND s.state = 'intent' "
+// yielding the run's row only while $2 owns it, locked; EXTRA more assignments.
+#define RUNLEDGER_COMPLETE_STEP(OWNER, EXTRA)                                    \
+  "UPDATE run_steps s SET state = $4, result = $5::bytea, error = $6, "          \
+  "  result_generation = $2, finished_at = runledger_now() " EXTRA "FROM " OWNER \
+  " o WHERE s.run_id = o.run_id AND s.step_no = $3 AND s.state = 'intent' "
 
-#define RUNLEDGER_OWNED_RUN(LOCK)                                              \
-  "(SELECT run_id FROM live_runs WHERE run_id = $1::uuid AND generation = $2 " \
+#define RUNLEDGER_OWNED_RUN(LOCK)                                                              \
+  "(SELECT run_id, transcript_seq FROM live_runs WHERE run_id = $1::uuid AND generation = $2 " \
   "  AND status = 'running' " LOCK ")"
 
 inline constexpr pg::Statement kCompleteStep{
     "transcript_complete_step",
-    RUNLEDGER_COMPLETE_STEP(RUNLEDGER_OWNED_RUN("FOR SHARE")) "RETURNING s.step_no"};
+    RUNLEDGER_COMPLETE_STEP(RUNLEDGER_OWNED_RUN("FOR SHARE"), "") "RETURNING s.step_no"};
 
-// A completion and its tool_result entry ($7). The head moves, and the entry is written, only if
-// the completion landed: a refused completion writes nothing. The run row is locked FOR NO KEY
-// UPDATE up front (not FOR SHARE): two concurrent completions of one run holding FOR SHARE would
-// deadlock upgrading it for the head update.
+// The tool_result entry (body BODY) of the step `step` just updated, moving the head only if that
+// update landed; `owned` holds the run row FOR NO KEY UPDATE from the start (not FOR SHARE: two
+// concurrent writes of one run holding FOR SHARE would deadlock upgrading it for the head).
+#define RUNLEDGER_APPEND_RESULT_OF_STEP(BODY) \
+  "head AS (" RUNLEDGER_HEAD_UPDATE("'tool_result'", BODY)                   \
+  "AND EXISTS (SELECT 1 FROM step) RETURNING r.*) "                          \
+  RUNLEDGER_INSERT_ENTRY("'tool_result'", BODY) "RETURNING seq"
+
+// A completion and its tool_result entry ($7), one statement; a refused completion writes
+// nothing. $8: the settlement record (NULL outside settlement).
 inline constexpr pg::Statement kCompleteWithResult{
     "transcript_complete_with_result",
     "WITH owned AS " RUNLEDGER_OWNED_RUN("FOR NO KEY UPDATE") ", "
-    "step AS (" RUNLEDGER_COMPLETE_STEP("owned") "RETURNING s.step_no), "
-    "head AS (" RUNLEDGER_HEAD_UPDATE("'tool_result'", "$7")
-    "AND EXISTS (SELECT 1 FROM step) RETURNING r.*) "
-    RUNLEDGER_INSERT_ENTRY("'tool_result'", "$7") "RETURNING seq"};
+    "step AS (" RUNLEDGER_COMPLETE_STEP(
+        "owned", ", result_seq = o.transcript_seq + 1, settlement = $8::jsonb ")
+    "RETURNING s.step_no), "
+    RUNLEDGER_APPEND_RESULT_OF_STEP("$7")};
+
+// The tool_result entry ($4) of a completed step whose result never reached the transcript. $5:
+// the settlement record (NULL outside settlement).
+inline constexpr pg::Statement kAppendToolResult{
+    "transcript_append_tool_result",
+    "WITH owned AS " RUNLEDGER_OWNED_RUN("FOR NO KEY UPDATE") ", "
+    "step AS (UPDATE run_steps s SET result_seq = o.transcript_seq + 1, "
+    "  settlement = coalesce($5::jsonb, s.settlement) "
+    "  FROM owned o WHERE s.run_id = o.run_id AND s.step_no = $3 AND s.state <> 'intent' "
+    "    AND s.result_seq IS NULL RETURNING s.step_no), "
+    RUNLEDGER_APPEND_RESULT_OF_STEP("$4")};
 
 inline constexpr pg::Statement kHead{
     "transcript_head",
@@ -117,13 +134,15 @@ inline constexpr pg::Statement kReadSlice{
 
 inline constexpr pg::Statement kSteps{"transcript_steps", R"sql(
   SELECT step_no, intent_generation, result_generation, tool, call_id, args::text AS args,
-         effect_key, state, result, error, settlement::text AS settlement, started_at, finished_at
+         effect_key, state, result, error, settlement::text AS settlement, result_seq, started_at,
+         finished_at
   FROM run_steps WHERE run_id = $1::uuid ORDER BY step_no
 )sql"};
 
 inline constexpr pg::Statement kStep{"transcript_step", R"sql(
   SELECT step_no, intent_generation, result_generation, tool, call_id, args::text AS args,
-         effect_key, state, result, error, settlement::text AS settlement, started_at, finished_at
+         effect_key, state, result, error, settlement::text AS settlement, result_seq, started_at,
+         finished_at
   FROM run_steps WHERE run_id = $1::uuid AND step_no = $2
 )sql"};
 
@@ -131,6 +150,15 @@ inline constexpr pg::Statement kWallSpent{
     "transcript_wall_spent",
     "SELECT created_at + make_interval(secs => budget_wall_s) <= runledger_now() "
     "FROM live_runs WHERE run_id = $1::uuid"};
+
+inline constexpr pg::Statement kLastEntryOfKind{"transcript_last_entry_of_kind", R"sql(
+  SELECT seq, generation, kind, sha256, body, created_at FROM transcript_entries
+  WHERE run_id = $1::uuid AND kind = $2 ORDER BY seq DESC LIMIT 1
+)sql"};
+
+inline constexpr pg::Statement kCountEntriesOfKind{
+    "transcript_count_entries_of_kind",
+    "SELECT count(*) FROM transcript_entries WHERE run_id = $1::uuid AND kind = $2"};
 
 inline constexpr pg::Statement kNextStepNo{
     "transcript_next_step_no",
@@ -143,5 +171,6 @@ inline constexpr pg::Statement kNextStepNo{
 #undef RUNLEDGER_INSERT_INTENTS
 #undef RUNLEDGER_COMPLETE_STEP
 #undef RUNLEDGER_OWNED_RUN
+#undef RUNLEDGER_APPEND_RESULT_OF_STEP
 
 }  // namespace runledger::transcript::sql

@@ -46,6 +46,10 @@ std::string intents_json(const std::vector<StepIntent>& intents, std::size_t max
   return out.dump();
 }
 
+std::optional<std::string> json_or_null(const nlohmann::json& j) {
+  return j.is_null() ? std::nullopt : std::optional<std::string>(j.dump());
+}
+
 std::int64_t highest_step(const std::vector<StepIntent>& intents) {
   std::int64_t highest = 0;
   for (const auto& i : intents) highest = std::max(highest, i.step_no.value());
@@ -53,9 +57,7 @@ std::int64_t highest_step(const std::vector<StepIntent>& intents) {
 }
 
 void check_outcome(const StepOutcome& outcome, std::size_t max_result_bytes) {
-  if (outcome.state != StepState::done && outcome.state != StepState::failed) {
-    throw InvalidArgument("a completion is done or failed");
-  }
+  if (outcome.state == StepState::intent) throw InvalidArgument("a completion cannot be an intent");
   if (outcome.result.size() > max_result_bytes) {
     throw InvalidArgument(
         "step result is larger than " + std::to_string(max_result_bytes) + " bytes",
@@ -83,6 +85,9 @@ Step step_from_row(const pqxx::row& row) {
       optional_text(row["error"]),
       row["settlement"].is_null() ? nlohmann::json()
                                   : nlohmann::json::parse(row["settlement"].as<std::string>()),
+      row["result_seq"].is_null()
+          ? std::nullopt
+          : std::optional<std::int64_t>(row["result_seq"].as<std::int64_t>()),
       row["started_at"].as<std::string>(),
       optional_text(row["finished_at"]),
   };
@@ -94,7 +99,7 @@ pqxx::result exec_completion(pqxx::transaction_base& tx, const pg::Statement& s,
                              Generation generation, StepNo step, const StepOutcome& outcome,
                              Extra&&... extra) {
   const std::string state(to_string(outcome.state));
-  if (outcome.state == StepState::done) {
+  if (outcome.state != StepState::failed) {
     return pg::exec(tx, s, run.value(), generation.value(), step.value(), state,
                     bytes_param(outcome.result), nullptr, std::forward<Extra>(extra)...);
   }
@@ -168,19 +173,76 @@ void Store::complete_step(const RunId& run, Generation generation, StepNo step,
 }
 
 void Store::complete_with_result(const RunId& run, Generation generation, StepNo step,
-                                 const StepOutcome& outcome, std::string_view tool_result) {
+                                 const StepOutcome& outcome, std::string_view tool_result,
+                                 const nlohmann::json& settlement) {
   check_outcome(outcome, options_.max_result_bytes);
   check_entry_size(tool_result, options_.max_entry_bytes);
   {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
     if (!exec_completion(tx, sql::kCompleteWithResult, run, generation, step, outcome,
-                         bytes_param(tool_result))
+                         bytes_param(tool_result), pg::nullable(json_or_null(settlement)))
              .empty()) {
       return;
     }
   }
   explain_refused_completion(run, generation, step, outcome);
+}
+
+std::int64_t Store::append_tool_result(const RunId& run, Generation generation, StepNo step,
+                                       std::string_view tool_result,
+                                       const nlohmann::json& settlement) {
+  check_entry_size(tool_result, options_.max_entry_bytes);
+  {
+    auto conn = pool_.acquire();
+    pqxx::nontransaction tx(*conn);
+    const auto rows =
+        pg::exec(tx, sql::kAppendToolResult, run.value(), generation.value(), step.value(),
+                 bytes_param(tool_result), pg::nullable(json_or_null(settlement)));
+    if (!rows.empty()) return rows[0][0].as<std::int64_t>();
+  }
+  const ledger::Run current = ledger_.get(run);
+  if (current.status != ledger::RunStatus::running || current.generation != generation) {
+    ledger_.throw_refused(run, generation, "tool_result append");
+  }
+  const Step existing = read_step(run, step);
+  throw Conflict("step " + std::to_string(step.value()) + " of run " + run.value() +
+                     (existing.state == StepState::intent ? " has no result yet"
+                                                          : " already has its tool_result entry"),
+                 {{"run_id", run.value()}, {"step_no", step.value()}});
+}
+
+std::optional<Entry> Store::last_entry(const RunId& run, EntryKind kind) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kLastEntryOfKind, run.value(), std::string(to_string(kind)));
+  if (rows.empty()) return std::nullopt;
+  const auto& row = rows[0];
+  return Entry{row["seq"].as<std::int64_t>(),
+               Generation(row["generation"].as<std::int64_t>()),
+               kind,
+               bytes_from(row["body"]),
+               digest_from(row["sha256"]),
+               row["created_at"].as<std::string>()};
+}
+
+std::int64_t Store::count_entries(const RunId& run, EntryKind kind) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  return pg::exec(tx, sql::kCountEntriesOfKind, run.value(), std::string(to_string(kind)))[0][0]
+      .as<std::int64_t>();
+}
+
+Step Store::read_step(const RunId& run, StepNo step) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kStep, run.value(), step.value());
+  if (rows.empty()) {
+    throw NotFound(
+        "step " + std::to_string(step.value()) + " of run " + run.value() + " has no intent",
+        {{"run_id", run.value()}, {"step_no", step.value()}});
+  }
+  return step_from_row(rows[0]);
 }
 
 std::vector<Step> Store::steps(const RunId& run) {

@@ -19,7 +19,8 @@
 //  - Every write is fenced by generation exactly like the ledger's owner writes (FencedError).
 //  - Hot path, one statement (one round trip, one commit) each: append_turn() = the assistant
 //    turn + the intents of its tool calls; complete_with_result() = a completion + its
-//    tool_result entry.
+//    tool_result entry. A step records the seq of its tool_result entry (result_seq), so a
+//    result that never reached the transcript is found without parsing transcript bytes.
 //  - read() streams: memory is bounded by Options::read_page_entries * read_slice_bytes plus the
 //    largest single entry, whatever the transcript's size.
 //
@@ -81,13 +82,18 @@ struct StepIntent {
   nlohmann::json args = nlohmann::json::object();
 };
 
-// How a tool call ended: the tool's output bytes, or an error message.
+// How a tool call ended: the tool's output bytes, or an error message, or settled (below).
 struct StepOutcome {
   static StepOutcome success(std::string result) {
     return {StepState::done, std::move(result), {}};
   }
   static StepOutcome failure(std::string error) {
     return {StepState::failed, {}, std::move(error)};
+  }
+  // For a call in flight when its process died that must not run again: the settlement's message
+  // stands as its result.
+  static StepOutcome settled(std::string message) {
+    return {StepState::settled, std::move(message), {}};
   }
   StepState state;
   std::string result;
@@ -105,7 +111,8 @@ struct Step {
   StepState state;
   std::optional<std::string> result;
   std::optional<std::string> error;
-  nlohmann::json settlement;  // null unless settled
+  nlohmann::json settlement;               // how settlement handled it; null when it did not
+  std::optional<std::int64_t> result_seq;  // the transcript entry carrying its tool_result
   std::string started_at;
   std::optional<std::string> finished_at;
 };
@@ -152,12 +159,23 @@ class Store {
 
   TurnWritten append_turn(const RunId& run, Generation generation, std::string_view assistant_turn,
                           const std::vector<StepIntent>& intents);
+  // `settlement`, when not null, is recorded on the step (which rule settled it, and so on).
   void complete_with_result(const RunId& run, Generation generation, StepNo step,
-                            const StepOutcome& outcome, std::string_view tool_result);
+                            const StepOutcome& outcome, std::string_view tool_result,
+                            const nlohmann::json& settlement = nullptr);
+  // The tool_result entry of a completed step whose result never reached the transcript.
+  std::int64_t append_tool_result(const RunId& run, Generation generation, StepNo step,
+                                  std::string_view tool_result,
+                                  const nlohmann::json& settlement = nullptr);
+
+  // The newest entry of `kind`, if any; and how many there are.
+  std::optional<Entry> last_entry(const RunId& run, EntryKind kind);
+  std::int64_t count_entries(const RunId& run, EntryKind kind);
 
  private:
   [[noreturn]] void explain_refused_intents(const RunId& run, Generation generation,
                                             const std::vector<StepIntent>& intents);
+  Step read_step(const RunId& run, StepNo step);  // NotFound when it has no intent
   // Returns when the refused completion is the identical one already recorded.
   void explain_refused_completion(const RunId& run, Generation generation, StepNo step,
                                   const StepOutcome& outcome);

@@ -226,3 +226,30 @@ TEST_CASE("a claim that commits first refuses an in-flight intent and an in-flig
   CHECK(f.store.steps(run).empty());
   CHECK(f.store.head(run).seq == 0);
 }
+
+TEST_CASE("a step records which entry carries its tool_result, written once") {
+  TranscriptFixture f;
+  const auto c = f.claimed_run("r");
+  const RunId run = c.run.run_id;
+  const Generation g = c.run.generation;
+  f.store.append_turn(run, g, "turn", {intent(1), intent(2)});
+  CHECK_THROWS_AS(f.store.append_tool_result(run, g, StepNo(1), "too early"), Conflict);
+  f.store.complete_step(run, g, StepNo(1), StepOutcome::success("ok"));
+  CHECK_FALSE(f.store.steps(run)[0].result_seq.has_value());  // the gap settlement looks for
+  CHECK(f.store.append_tool_result(run, g, StepNo(1), "tool said ok",
+                                   {{"rule", "append_missing_result"}}) == 2);
+  CHECK_THROWS_AS(f.store.append_tool_result(run, g, StepNo(1), "twice"), Conflict);
+  f.store.complete_with_result(run, g, StepNo(2), StepOutcome::settled("restarted; re-check"),
+                               "synthetic", {{"rule", "synthetic_unsafe"}});
+  const auto steps = f.store.steps(run);
+  CHECK(steps[0].result_seq == 2);
+  CHECK(steps[0].settlement["rule"] == "append_missing_result");
+  CHECK(steps[1].result_seq == 3);
+  CHECK(steps[1].state == StepState::settled);
+  CHECK(steps[1].result == "restarted; re-check");
+  CHECK(steps[1].settlement["rule"] == "synthetic_unsafe");
+  CHECK(f.store.last_entry(run, EntryKind::tool_result)->body == "synthetic");
+  CHECK(f.store.count_entries(run, EntryKind::assistant) == 1);
+  CHECK_FALSE(f.store.last_entry(run, EntryKind::user).has_value());
+  CHECK(f.store.verify(run).ok);
+}
