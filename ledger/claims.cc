@@ -35,6 +35,12 @@ std::vector<Claim> Ledger::claim_next(const Owner& owner, int max) {
                                           owner.slot.value(), owner.incarnation.value(), max));
 }
 
+std::vector<Claim> Ledger::claim_expired(const Owner& owner, int max) {
+  if (max < 1) return {};
+  return claims_from(claim_in_transaction(pool_, sql::kClaimExpired, options_.lease_ttl.count(),
+                                          owner.slot.value(), owner.incarnation.value(), max));
+}
+
 Claim Ledger::claim(const Owner& owner, const RunId& run) {
   const auto rows =
       claim_in_transaction(pool_, sql::kClaimOne, options_.lease_ttl.count(), owner.slot.value(),

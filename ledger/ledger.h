@@ -135,6 +135,8 @@ class Ledger {
 
   // Claims up to `max` queued runs or runs whose lease expired, skipping rows locked by others.
   std::vector<Claim> claim_next(const Owner& owner, int max);
+  // Like claim_next, for runs whose lease expired only (queued runs are left alone).
+  std::vector<Claim> claim_expired(const Owner& owner, int max);
   // Claims one run if it is queued or its lease expired, waiting for in-flight writes to it.
   // Conflict when it is leased by a live owner or terminal; NotFound when unknown.
   Claim claim(const Owner& owner, const RunId& run);

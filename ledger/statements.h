@@ -81,6 +81,26 @@ inline constexpr pg::Statement kClaimNext{"ledger_claim_next", R"sql(
   RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, pick.old_status = 'running' AS taken_over
 )sql"};
 
+// The same, for runs whose owner's lease expired only (no queued runs): a booting process
+// reclaims those before it takes new work.
+inline constexpr pg::Statement kClaimExpired{"ledger_claim_expired", R"sql(
+  WITH pick AS (
+    SELECT run_id, status AS old_status FROM live_runs
+    WHERE status IN ('queued', 'running')
+      AND coalesce(lease_expires_at, '-infinity'::timestamptz) < runledger_now()
+      AND status = 'running'
+    ORDER BY coalesce(lease_expires_at, '-infinity'::timestamptz), created_at
+    LIMIT $4
+    FOR NO KEY UPDATE SKIP LOCKED)
+  UPDATE live_runs r
+  SET status = 'running', generation = r.generation + 1, owner_slot = $2,
+      owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
+      claimed_at = runledger_now(),
+      takeovers = r.takeovers + (pick.old_status = 'running')::int
+  FROM pick WHERE r.run_id = pick.run_id
+  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, pick.old_status = 'running' AS taken_over
+)sql"};
+
 inline constexpr pg::Statement kClaimOne{"ledger_claim_one", R"sql(
   WITH pick AS (
     SELECT run_id, status AS old_status FROM live_runs

@@ -87,10 +87,12 @@ void Store::read(const RunId& run, std::int64_t from_seq,
   auto conn = pool_.acquire();
   for (;;) {
     std::vector<Entry> page;
+    bool page_full = false;
     {
       pqxx::nontransaction tx(*conn);
       const auto rows =
           pg::exec(tx, sql::kReadPage, run.value(), next, slice, options_.read_page_entries);
+      page_full = static_cast<int>(rows.size()) == options_.read_page_entries;
       for (const auto& row : rows) {
         page.push_back(Entry{row["seq"].as<std::int64_t>(),
                              Generation(row["generation"].as<std::int64_t>()),
@@ -98,7 +100,8 @@ void Store::read(const RunId& run, std::int64_t from_seq,
                              row["body"].is_null() ? std::string() : bytes_from(row["body"]),
                              digest_from(row["sha256"]), row["created_at"].as<std::string>()});
         if (row["body"].is_null()) {
-          // Too large to come inline: fetch it slice by slice (each slice arrives hex-encoded).
+          // Too large to come inline: fetched slice by slice (each slice arrives hex-encoded),
+          // and the page ends with it, so at most one large body is in memory at a time.
           const auto length = row["length"].as<std::int64_t>();
           page.back().body.reserve(static_cast<std::size_t>(length));
           for (std::int64_t offset = 0; offset < length; offset += slice) {
@@ -106,6 +109,8 @@ void Store::read(const RunId& run, std::int64_t from_seq,
                 pg::exec(tx, sql::kReadSlice, run.value(), page.back().seq, offset + 1, slice);
             page.back().body += bytes_from(part[0][0]);
           }
+          page_full = true;  // more may follow: the next page starts after this entry
+          break;
         }
       }
     }
@@ -114,7 +119,7 @@ void Store::read(const RunId& run, std::int64_t from_seq,
       next = entry.seq + 1;
       std::string().swap(entry.body);  // release each body as soon as it has been handed out
     }
-    if (static_cast<int>(page.size()) < options_.read_page_entries) return;
+    if (!page_full) return;
   }
 }
 

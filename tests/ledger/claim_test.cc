@@ -193,3 +193,19 @@ TEST_CASE("claim of a terminal run is a Conflict") {
   CHECK_THROWS_AS(f.ledger.claim(make_owner("bot-a"), run), Conflict);
   CHECK(f.ledger.claim_next(make_owner("bot-a"), 1).empty());
 }
+
+TEST_CASE("claim_expired takes only runs whose lease expired, never queued ones") {
+  ledger::Options o;
+  o.lease_ttl = 1s;
+  LedgerFixture f(o);
+  const RunId held = f.dispatch("held");
+  const RunId queued = f.dispatch("queued");
+  f.ledger.claim(make_owner("bot-a"), held);
+  CHECK(f.ledger.claim_expired(make_owner("bot-b"), 5).empty());
+  f.db.advance_clock(2s);
+  const auto taken = f.ledger.claim_expired(make_owner("bot-b"), 5);
+  REQUIRE(taken.size() == 1);
+  CHECK(taken[0].run.run_id == held);
+  CHECK(taken[0].taken_over);
+  CHECK(f.ledger.get(queued).status == RunStatus::queued);
+}

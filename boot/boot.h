@@ -1,0 +1,123 @@
+// A bot process's life around its runs: slot, boot-time reclaim, heartbeats, self-fencing and
+// the SIGTERM handoff (DESIGN invariants 7 and 8).
+//
+// Contract:
+//  - A process has a slot name (configured) and mints a fresh incarnation id at each start. It
+//    holds its slot through a PostgreSQL session advisory lock on a dedicated connection; a second
+//    live process with the same slot is refused with Conflict after Options::slot_wait (a killed
+//    predecessor's backend can hold the lock for a moment after its `kill -9`). libpqxx 6.4
+//    reconnects silently, which would drop the lock unseen, so every heartbeat checks the slot
+//    connection's backend pid; a change is a lost slot and every run stops at once.
+//  - boot(): holding the slot proves the slot's previous incarnation dead, so its runs are taken
+//    over at once (no lease wait); then expired leases of other slots are claimed up to capacity;
+//    every run taken over is settled (settlement/) before any driver starts, and only then does
+//    the process take new work. The boot is logged as a short timeline.
+//  - One batched heartbeat per process every lease_ttl / 3. A run reported lost is stopped at
+//    once (hard stop: its driver sees lost() and must not write again).
+//  - may_start_tool(): before any tool, the time since the last good heartbeat (monotonic clock)
+//    is checked; past lease_ttl - safety_margin nothing starts until the leases are re-verified.
+//    This stops a process that was SIGSTOPped past its lease, or cut off from the database.
+//  - request_stop() (SIGTERM): no new claims; each driver returns at its next safe point (between
+//    tool calls) within handoff_grace, and those runs are released for an immediate re-claim. A
+//    run still inside a tool at the end of the grace is left to lease expiry, never released.
+//  - Runs are multiplexed over a small connection pool (Options::pool_size), not one connection
+//    per run.
+//
+// Thread-safety: request_stop() is async-signal-safe. RunContext methods are thread-safe. The
+// rest is called from the thread that owns the Process.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ids/ids.h"
+#include "ledger/ledger.h"
+#include "settlement/settlement.h"
+#include "transcript/transcript.h"
+
+namespace runledger::boot {
+
+struct Options {
+  SlotName slot{"bot-1"};
+  // Runs driven at once (each on its own worker thread).
+  int capacity = 64;
+  // Database connections shared by every run of the process.
+  int pool_size = 8;
+  // How long to retry taking the slot before refusing to start.
+  std::chrono::milliseconds slot_wait{5'000};
+  // Time runs get to reach a safe point after request_stop().
+  std::chrono::milliseconds handoff_grace{10'000};
+  // No tool starts once the last good heartbeat is older than lease_ttl minus this.
+  std::chrono::milliseconds safety_margin{5'000};
+  // How often to look for new work when no NOTIFY wakes the process.
+  std::chrono::milliseconds poll_interval{500};
+  settlement::Options settlement;
+};
+
+// What a driver sees of the run it drives.
+class RunContext {
+ public:
+  virtual ~RunContext() = default;
+  virtual const ledger::Claim& claim() const = 0;
+  virtual const settlement::Resume& resume() const = 0;
+  // The run is no longer ours (another generation owns it, or it ended): stop, write nothing.
+  virtual bool lost() const = 0;
+  // A SIGTERM asked the process to hand its runs off: return at the next safe point.
+  virtual bool stop_requested() const = 0;
+  // True when a tool may start now (the lease is fresh, re-verified if need be, and the run is
+  // still ours). Drivers call it right before every tool.
+  virtual bool may_start_tool() = 0;
+};
+
+// The bot's side of a run.
+class RunDriver {
+ public:
+  virtual ~RunDriver() = default;
+  // The callbacks settlement uses to read turns and re-run tools.
+  virtual settlement::Callbacks callbacks(const ledger::Run& run) = 0;
+  // Drives the run until it finishes (the driver writes the terminal record), is lost, or a stop
+  // is requested at a safe point. Returns true when it stopped at a safe point (the run may be
+  // released), false when it finished or was lost.
+  virtual bool drive(RunContext& context) = 0;
+};
+
+// One line of the boot timeline.
+struct TimelineEvent {
+  std::chrono::milliseconds at;  // since the Process was constructed
+  std::string what;
+};
+
+struct HeldRun;  // private to boot/
+
+class Process {
+ public:
+  Process(std::string database_url, ledger::Options ledger_options,
+          transcript::Options transcript_options, settlement::EffectClasses classes,
+          Options options, RunDriver& driver);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Takes the slot, reclaims and settles, starts the heartbeat and the drivers of reclaimed runs.
+  void boot();
+  // Claims and drives new work until request_stop(); then hands off and returns.
+  void run();
+  // Async-signal-safe.
+  void request_stop();
+
+  const ledger::Owner& owner() const;
+  std::vector<TimelineEvent> timeline() const;
+  ledger::Ledger& ledger();
+  transcript::Store& store();
+
+ private:
+  friend struct HeldRun;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace runledger::boot
