@@ -64,6 +64,15 @@ inline constexpr pg::Statement kLiveChildrenOfInstance{
 
 // Claims. `taken_over`: the run was running under another owner (whose lease expired, or whose
 // slot was taken over), so it may have a tool call in flight.
+// The update every claim makes of the rows it picked (CTE `pick`: run_id, old_status).
+#define RUNLEDGER_CLAIM_PICKED                                                               \
+  "UPDATE live_runs r SET status = 'running', generation = r.generation + 1, "               \
+  "  owner_slot = $2, owner_incarnation = $3::uuid, lease_expires_at = " RUNLEDGER_LEASE_END \
+  ", claimed_at = runledger_now(), "                                                         \
+  "  takeovers = r.takeovers + (pick.old_status = 'running')::int "                          \
+  "FROM pick WHERE r.run_id = pick.run_id "                                                  \
+  "RETURNING " RUNLEDGER_R_RUN_COLUMNS ", pick.old_status = 'running' AS taken_over"
+
 inline constexpr pg::Statement kClaimNext{"ledger_claim_next", R"sql(
   WITH pick AS (
     SELECT run_id, status AS old_status FROM live_runs
@@ -72,14 +81,7 @@ inline constexpr pg::Statement kClaimNext{"ledger_claim_next", R"sql(
     ORDER BY coalesce(lease_expires_at, '-infinity'::timestamptz), created_at
     LIMIT $4
     FOR NO KEY UPDATE SKIP LOCKED)
-  UPDATE live_runs r
-  SET status = 'running', generation = r.generation + 1, owner_slot = $2,
-      owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
-      claimed_at = runledger_now(),
-      takeovers = r.takeovers + (pick.old_status = 'running')::int
-  FROM pick WHERE r.run_id = pick.run_id
-  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, pick.old_status = 'running' AS taken_over
-)sql"};
+)sql" RUNLEDGER_CLAIM_PICKED};
 
 // The same, for runs whose owner's lease expired only (no queued runs): a booting process
 // reclaims those before it takes new work.
@@ -92,44 +94,25 @@ inline constexpr pg::Statement kClaimExpired{"ledger_claim_expired", R"sql(
     ORDER BY coalesce(lease_expires_at, '-infinity'::timestamptz), created_at
     LIMIT $4
     FOR NO KEY UPDATE SKIP LOCKED)
-  UPDATE live_runs r
-  SET status = 'running', generation = r.generation + 1, owner_slot = $2,
-      owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
-      claimed_at = runledger_now(),
-      takeovers = r.takeovers + (pick.old_status = 'running')::int
-  FROM pick WHERE r.run_id = pick.run_id
-  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, pick.old_status = 'running' AS taken_over
-)sql"};
+)sql" RUNLEDGER_CLAIM_PICKED};
 
+// Waits for in-flight writes to the run (no SKIP LOCKED).
 inline constexpr pg::Statement kClaimOne{"ledger_claim_one", R"sql(
   WITH pick AS (
     SELECT run_id, status AS old_status FROM live_runs
     WHERE run_id = $4::uuid
       AND (status = 'queued' OR (status = 'running' AND lease_expires_at < runledger_now()))
     FOR NO KEY UPDATE)
-  UPDATE live_runs r
-  SET status = 'running', generation = r.generation + 1, owner_slot = $2,
-      owner_incarnation = $3::uuid, lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
-      claimed_at = runledger_now(),
-      takeovers = r.takeovers + (pick.old_status = 'running')::int
-  FROM pick WHERE r.run_id = pick.run_id
-  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, pick.old_status = 'running' AS taken_over
-)sql"};
+)sql" RUNLEDGER_CLAIM_PICKED};
 
 // Waits for row locks (no SKIP LOCKED): the predecessor is dead, its runs must all be taken now.
 inline constexpr pg::Statement kTakeOverSlot{"ledger_take_over_slot", R"sql(
   WITH pick AS (
-    SELECT run_id FROM live_runs
+    SELECT run_id, status AS old_status FROM live_runs
     WHERE status = 'running' AND owner_slot = $2 AND owner_incarnation <> $3::uuid
     ORDER BY created_at
     FOR NO KEY UPDATE)
-  UPDATE live_runs r
-  SET generation = r.generation + 1, owner_incarnation = $3::uuid,
-      lease_expires_at = )sql" RUNLEDGER_LEASE_END R"sql(,
-      claimed_at = runledger_now(), takeovers = r.takeovers + 1
-  FROM pick WHERE r.run_id = pick.run_id AND r.status = 'running'
-  RETURNING )sql" RUNLEDGER_R_RUN_COLUMNS R"sql(, true AS taken_over
-)sql"};
+)sql" RUNLEDGER_CLAIM_PICKED};
 
 // $2 run ids, $3 generations (parallel arrays), $4 owner slot, $5 owner incarnation.
 inline constexpr pg::Statement kHeartbeat{"ledger_heartbeat", R"sql(
@@ -193,6 +176,7 @@ inline constexpr pg::Statement kSweepBatch{"ledger_sweep_batch", R"sql(
 )sql"};
 
 #undef RUNLEDGER_LEASE_END
+#undef RUNLEDGER_CLAIM_PICKED
 #undef RUNLEDGER_RUN_COLUMNS
 #undef RUNLEDGER_R_RUN_COLUMNS
 

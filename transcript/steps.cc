@@ -201,10 +201,7 @@ std::int64_t Store::append_tool_result(const RunId& run, Generation generation, 
                  bytes_param(tool_result), pg::nullable(json_or_null(settlement)));
     if (!rows.empty()) return rows[0][0].as<std::int64_t>();
   }
-  const ledger::Run current = ledger_.get(run);
-  if (current.status != ledger::RunStatus::running || current.generation != generation) {
-    ledger_.throw_refused(run, generation, "tool_result append");
-  }
+  still_owned(run, generation, "tool_result append");
   const Step existing = read_step(run, step);
   throw Conflict("step " + std::to_string(step.value()) + " of run " + run.value() +
                      (existing.state == StepState::intent ? " has no result yet"
@@ -231,6 +228,14 @@ std::int64_t Store::count_entries(const RunId& run, EntryKind kind) {
   pqxx::nontransaction tx(*conn);
   return pg::exec(tx, sql::kCountEntriesOfKind, run.value(), std::string(to_string(kind)))[0][0]
       .as<std::int64_t>();
+}
+
+ledger::Run Store::still_owned(const RunId& run, Generation generation, std::string_view action) {
+  ledger::Run current = ledger_.get(run);
+  if (current.status != ledger::RunStatus::running || current.generation != generation) {
+    ledger_.throw_refused(run, generation, action);
+  }
+  return current;
 }
 
 Step Store::read_step(const RunId& run, StepNo step) {
@@ -261,10 +266,7 @@ StepNo Store::next_step_no(const RunId& run) {
 
 void Store::explain_refused_intents(const RunId& run, Generation generation,
                                     const std::vector<StepIntent>& intents) {
-  const ledger::Run current = ledger_.get(run);
-  if (current.status != ledger::RunStatus::running || current.generation != generation) {
-    ledger_.throw_refused(run, generation, "step intent");
-  }
+  const ledger::Run current = still_owned(run, generation, "step intent");
   std::string limit;
   if (highest_step(intents) > current.budget.max_steps) {
     limit = "max_steps";
@@ -287,21 +289,8 @@ void Store::explain_refused_intents(const RunId& run, Generation generation,
 
 void Store::explain_refused_completion(const RunId& run, Generation generation, StepNo step,
                                        const StepOutcome& outcome) {
-  const ledger::Run current = ledger_.get(run);
-  if (current.status != ledger::RunStatus::running || current.generation != generation) {
-    ledger_.throw_refused(run, generation, "step completion");
-  }
-  Step existing = [&] {
-    auto conn = pool_.acquire();
-    pqxx::nontransaction tx(*conn);
-    const auto rows = pg::exec(tx, sql::kStep, run.value(), step.value());
-    if (rows.empty()) {
-      throw NotFound(
-          "step " + std::to_string(step.value()) + " of run " + run.value() + " has no intent",
-          {{"run_id", run.value()}, {"step_no", step.value()}});
-    }
-    return step_from_row(rows[0]);
-  }();
+  still_owned(run, generation, "step completion");
+  const Step existing = read_step(run, step);
   const bool identical = existing.state == outcome.state &&
                          (outcome.state == StepState::done ? existing.result == outcome.result
                                                            : existing.error == outcome.error);

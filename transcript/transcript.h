@@ -176,6 +176,8 @@ class Store {
   [[noreturn]] void explain_refused_intents(const RunId& run, Generation generation,
                                             const std::vector<StepIntent>& intents);
   Step read_step(const RunId& run, StepNo step);  // NotFound when it has no intent
+  // The run, if `generation` still owns it; FencedError (or NotFound) otherwise.
+  ledger::Run still_owned(const RunId& run, Generation generation, std::string_view action);
   // Returns when the refused completion is the identical one already recorded.
   void explain_refused_completion(const RunId& run, Generation generation, StepNo step,
                                   const StepOutcome& outcome);
