@@ -19,6 +19,11 @@ namespace runledger::transcript::sql {
   "::bytea) "                                                                              \
   "WHERE r.run_id = $1::uuid AND r.generation = $2 AND r.status = 'running' "
 
+// What the entry insert reads from `head` (never r.*: the row carries the system prompt and the
+// profile, which every append would otherwise copy).
+#define RUNLEDGER_HEAD_RETURNING \
+  "RETURNING r.run_id, r.transcript_seq, r.transcript_sha256, r.generation"
+
 #define RUNLEDGER_INSERT_ENTRY(KIND, BODY)                                        \
   "INSERT INTO transcript_entries (run_id, seq, generation, kind, body, sha256) " \
   "SELECT run_id, transcript_seq, generation, " KIND ", " BODY                    \
@@ -42,9 +47,8 @@ namespace runledger::transcript::sql {
   "FROM owner o CROSS JOIN intents i "
 
 inline constexpr pg::Statement kAppend{
-    "transcript_append",
-    "WITH head AS (" RUNLEDGER_HEAD_UPDATE("$3", "$4") "RETURNING r.*) " RUNLEDGER_INSERT_ENTRY(
-        "$3", "$4") "RETURNING seq"};
+    "transcript_append", "WITH head AS (" RUNLEDGER_HEAD_UPDATE("$3", "$4") RUNLEDGER_HEAD_RETURNING
+    ") " RUNLEDGER_INSERT_ENTRY("$3", "$4") "RETURNING seq"};
 
 // Intents alone: refused as a whole (no row) when $2 does not own the run or the budget is spent.
 inline constexpr pg::Statement kBeginSteps{"transcript_begin_steps",
@@ -60,7 +64,7 @@ inline constexpr pg::Statement kBeginSteps{"transcript_begin_steps",
 inline constexpr pg::Statement kAppendTurn{
     "transcript_append_turn",
     "WITH " RUNLEDGER_INTENTS ", head AS (" RUNLEDGER_HEAD_UPDATE("'assistant'", "$5")
-    RUNLEDGER_WITHIN_BUDGET "RETURNING r.*), "
+    RUNLEDGER_WITHIN_BUDGET RUNLEDGER_HEAD_RETURNING "), "
     "entry AS (" RUNLEDGER_INSERT_ENTRY("'assistant'", "$5") "RETURNING seq), "
     "owner AS (SELECT run_id FROM head), "
     "steps AS (" RUNLEDGER_INSERT_INTENTS "RETURNING step_no, effect_key) "
@@ -85,10 +89,10 @@ inline constexpr pg::Statement kCompleteStep{
 // The tool_result entry (body BODY) of the step `step` just updated, moving the head only if that
 // update landed; `owned` holds the run row FOR NO KEY UPDATE from the start (not FOR SHARE: two
 // concurrent writes of one run holding FOR SHARE would deadlock upgrading it for the head).
-#define RUNLEDGER_APPEND_RESULT_OF_STEP(BODY) \
-  "head AS (" RUNLEDGER_HEAD_UPDATE("'tool_result'", BODY)                   \
-  "AND EXISTS (SELECT 1 FROM step) RETURNING r.*) "                          \
-  RUNLEDGER_INSERT_ENTRY("'tool_result'", BODY) "RETURNING seq"
+#define RUNLEDGER_APPEND_RESULT_OF_STEP(BODY)                                            \
+  "head AS (" RUNLEDGER_HEAD_UPDATE(                                                     \
+      "'tool_result'", BODY) "AND EXISTS (SELECT 1 FROM step) " RUNLEDGER_HEAD_RETURNING \
+                             ") " RUNLEDGER_INSERT_ENTRY("'tool_result'", BODY) "RETURNING seq"
 
 // A completion and its tool_result entry ($7), one statement; a refused completion writes
 // nothing. $8: the settlement record (NULL outside settlement).
@@ -166,6 +170,7 @@ inline constexpr pg::Statement kNextStepNo{
 
 #undef RUNLEDGER_HEAD_UPDATE
 #undef RUNLEDGER_INSERT_ENTRY
+#undef RUNLEDGER_HEAD_RETURNING
 #undef RUNLEDGER_INTENTS
 #undef RUNLEDGER_WITHIN_BUDGET
 #undef RUNLEDGER_INSERT_INTENTS
