@@ -254,6 +254,28 @@ StepRow measure_steps(BenchDatabase& db, const Server& server, int clients, int 
   return row;
 }
 
+// A fenced one-statement append of a 100-byte entry per op, each client on its own run: the
+// shape of pgbench's single-row INSERT, so the ratio isolates what fencing and chaining cost.
+Measurement measure_small_appends(BenchDatabase& db, int clients, int seconds) {
+  const std::string body = random_bytes(100, 4);
+  pg::Pool pool(db.url(), clients);
+  open_all(pool);
+  ledger::Ledger ledger(pool);
+  transcript::Store store(pool, ledger);
+  std::vector<ledger::Claim> claims;
+  std::vector<Operation> ops;
+  for (int i = 0; i < clients; ++i) claims.push_back(start_run(ledger, make_owner(i), kStepBudget));
+  for (const auto& claim : claims) {
+    ops.emplace_back([&store, &claim, &body] {
+      store.append(claim.run.run_id, claim.run.generation, transcript::EntryKind::user, body);
+      return 1;
+    });
+  }
+  spdlog::info("100 B fenced appends, {} client(s)", clients);
+  db.checkpoint();
+  return measure(ops, seconds);
+}
+
 struct PgbenchRow {
   double tps = 0;
   Load load;
@@ -389,6 +411,7 @@ struct Report {
   std::vector<std::string> header;
   std::vector<StepRow> steps;
   std::map<int, PgbenchRow> pgbench;
+  std::map<int, Measurement> small_appends;
   AppendRow appends;
   StreamRow stream;
 };
@@ -439,6 +462,17 @@ void print_report(const Report& r) {
                 commits / it->second.tps);
   }
   std::printf("\nratio: agent commits/s (2 x steps/s) / pgbench INSERT tps.\n");
+
+  std::printf(
+      "\n### Fenced 100 B append, one statement (append(user)), against the same pgbench INSERT\n\n"
+      "| clients | appends/s | p50 µs | p99 µs | pgbench INSERT tps | ratio |\n"
+      "|---------|-----------|--------|--------|--------------------|-------|\n");
+  for (const auto& [clients, m] : r.small_appends) {
+    const auto it = r.pgbench.find(clients);
+    if (it == r.pgbench.end()) continue;
+    std::printf("| %7d | %9.0f | %6.0f | %6.0f | %18.0f | %5.2f |\n", clients, m.ops_per_s,
+                m.p50_us, m.p99_us, it->second.tps, m.ops_per_s / it->second.tps);
+  }
 
   std::printf(
       "\n### Where it goes (server counters and CPU time over each measurement)\n\n"
@@ -549,6 +583,9 @@ void run(const Args& args) {
   }
   for (const int clients : kClientCounts) {
     report.steps.push_back(measure_steps(db, server, clients, args.seconds));
+  }
+  for (const int clients : kClientCounts) {
+    report.small_appends[clients] = measure_small_appends(db, clients, args.seconds);
   }
 
   {
