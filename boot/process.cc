@@ -175,6 +175,11 @@ std::optional<settlement::Resume> Process::State::settle(const ledger::Claim& cl
   } catch (const FencedError& e) {
     spdlog::warn("run {} lost while settling: {}", claim.run.run_id.value(), e.what());
     return std::nullopt;
+  } catch (const std::exception& e) {
+    // One bad run must not keep the process from booting: it is left to lease expiry, and after
+    // max_takeovers_without_progress such claims settlement interrupts it.
+    spdlog::error("run {} could not be settled: {}", claim.run.run_id.value(), e.what());
+    return std::nullopt;
   }
 }
 
@@ -312,7 +317,13 @@ void Process::run() {
       }
     }
     const auto wait = s.options.poll_interval;
-    listener.await_notification(wait.count() / 1000, (wait.count() % 1000) * 1000);
+    try {
+      listener.await_notification(wait.count() / 1000, (wait.count() % 1000) * 1000);
+    } catch (const std::exception& e) {
+      // The wake-up channel is only an optimization: keep polling while it is down.
+      spdlog::warn("waiting for new work: {}", e.what());
+      std::this_thread::sleep_for(wait);
+    }
   }
 
   // Handoff: drivers return at safe points within the grace; those runs are released at once.

@@ -84,11 +84,12 @@ void Store::read(const RunId& run, std::int64_t from_seq,
                  const std::function<void(const Entry&)>& fn) {
   std::int64_t next = std::max<std::int64_t>(from_seq, 1);
   const auto slice = static_cast<std::int64_t>(options_.read_slice_bytes);
-  auto conn = pool_.acquire();
   for (;;) {
     std::vector<Entry> page;
     bool page_full = false;
     {
+      // Borrowed per page and given back before `fn` runs, so `fn` may use the same pool.
+      auto conn = pool_.acquire();
       pqxx::nontransaction tx(*conn);
       const auto rows =
           pg::exec(tx, sql::kReadPage, run.value(), next, slice, options_.read_page_entries);
