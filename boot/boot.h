@@ -20,6 +20,8 @@
 //  - request_stop() (SIGTERM): no new claims; each driver returns at its next safe point (between
 //    tool calls) within handoff_grace, and those runs are released for an immediate re-claim. A
 //    run still inside a tool at the end of the grace is left to lease expiry, never released.
+//    Whoever claims a run that is past its first generation settles it before driving it (a
+//    call of the last turn that had not started yet then runs).
 //  - Runs are multiplexed over a small connection pool (Options::pool_size), not one connection
 //    per run.
 //

@@ -94,9 +94,9 @@ struct HeldRun : RunContext {
   Process::State& state;
   ledger::Claim claim_;
   settlement::Resume resume_{false, 0, StepNo(1), {}};
-  // Taken from another owner mid-run and not settled yet (boot settles before drivers start;
-  // runs claimed later are settled on their worker, before the driver).
-  bool needs_settlement = claim_.taken_over;
+  // Resumed (taken over mid-run, or handed back by a release between tool calls) and not settled
+  // yet: boot settles before drivers start; runs claimed later are settled on their worker.
+  bool needs_settlement = claim_.taken_over || claim_.run.generation.value() > 1;
   std::atomic<bool> lost_{false};
   std::atomic<bool> done{false};
   std::atomic<bool> safe_point{false};  // the driver returned at a safe point: releasable

@@ -15,6 +15,7 @@ int migrate(const Args& args);
 int dispatch(const Args& args);
 int runs(const Args& args);  // runs ls | show | cancel
 int sweep(const Args& args);
+int bot(const Args& args);  // the reference bot process
 int db_url(const Args& args);
 
 // DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws

@@ -22,6 +22,10 @@ constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
   runs show RUN_ID
   runs cancel RUN_ID --by NAME
   sweep                     delete terminal runs past retention now
+  bot --slot NAME [--work-dir DIR] [--effects-log FILE] [--capacity N]
+      [--effect-classes FILE] [--lease-ms N]
+                            the reference bot: drives runs whose profile carries a script
+                            (README); SIGTERM hands its runs off and exits 0
   db-url                    print the database URL commands use
 
 Commands other than `up` use DATABASE_URL, or the database of a running `runledger up` started
@@ -55,7 +59,7 @@ int main(int argc, char** argv) {
       {"up", cli::up},           {"service", cli::service},
       {"migrate", cli::migrate}, {"dispatch", cli::dispatch},
       {"runs", cli::runs},       {"sweep", cli::sweep},
-      {"db-url", cli::db_url},
+      {"db-url", cli::db_url},   {"bot", cli::bot},
   };
   if (argc < 2 || !commands.contains(argv[1])) {
     std::fputs(kUsage, argc < 2 ? stdout : stderr);

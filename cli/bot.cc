@@ -1,0 +1,73 @@
+// `runledger bot`: the reference bot process. It boots (slot, reclaim, settle), drives runs with
+// their scripted model until SIGTERM or SIGINT, then hands them off and exits 0.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "bot/bot.h"
+#include "cli/cli.h"
+#include "errors/errors.h"
+#include "failpoint/failpoint.h"
+#include "migrations/migrations.h"
+
+namespace runledger::cli {
+namespace {
+
+boot::Process* running_process = nullptr;
+
+extern "C" void request_handoff(int) {
+  if (running_process != nullptr) running_process->request_stop();  // an atomic store
+}
+
+int positive(const Args& args, const std::string& name, int fallback) {
+  const auto value = flag(args, name);
+  if (!value) return fallback;
+  try {
+    const int n = std::stoi(*value);
+    if (n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  throw InvalidArgument(name + " must be a positive integer");
+}
+
+}  // namespace
+
+int bot(const Args& args) {
+  failpoint::arm_from_environment();
+  const std::string url = database_url();
+  migrations::apply(url);
+  const auto slot = flag(args, "--slot");
+  if (!slot) throw InvalidArgument("--slot is required (the stable name of this bot, e.g. bot-1)");
+  const std::filesystem::path work = flag(args, "--work-dir").value_or(".runledger/bot");
+  const std::filesystem::path effects_log =
+      flag(args, "--effects-log").value_or((work / "effects.log").string());
+  std::filesystem::create_directories(work);
+  if (effects_log.has_parent_path()) std::filesystem::create_directories(effects_log.parent_path());
+
+  boot::Options options;
+  options.slot = SlotName(*slot);
+  options.capacity = positive(args, "--capacity", options.capacity);
+  settlement::EffectClasses classes = bot::reference_effect_classes();
+  if (const auto file = flag(args, "--effect-classes")) {
+    classes = settlement::EffectClasses::load(*file);
+  }
+  ledger::Options ledger_options;
+  if (const auto ms = flag(args, "--lease-ms")) {
+    ledger_options.lease_ttl = std::chrono::milliseconds(positive(args, "--lease-ms", 30'000));
+    options.safety_margin = ledger_options.lease_ttl / 6;
+  }
+
+  bot::ScriptedDriver driver({work / "sandboxes", effects_log});
+  boot::Process process(url, ledger_options, {}, std::move(classes), options, driver);
+  driver.attach(process);
+  running_process = &process;
+  std::signal(SIGTERM, request_handoff);
+  std::signal(SIGINT, request_handoff);
+  process.boot();
+  process.run();
+  running_process = nullptr;
+  return 0;
+}
+
+}  // namespace runledger::cli
