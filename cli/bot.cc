@@ -48,6 +48,8 @@ int bot(const Args& args) {
   boot::Options options;
   options.slot = SlotName(*slot);
   options.capacity = positive(args, "--capacity", options.capacity);
+  options.settlement.max_takeovers_without_progress =
+      positive(args, "--max-takeovers", options.settlement.max_takeovers_without_progress);
   settlement::EffectClasses classes = bot::reference_effect_classes();
   if (const auto file = flag(args, "--effect-classes")) {
     classes = settlement::EffectClasses::load(*file);

@@ -23,7 +23,7 @@ constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
   runs cancel RUN_ID --by NAME
   sweep                     delete terminal runs past retention now
   bot --slot NAME [--work-dir DIR] [--effects-log FILE] [--capacity N]
-      [--effect-classes FILE] [--lease-ms N]
+      [--effect-classes FILE] [--lease-ms N] [--max-takeovers N]
                             the reference bot: drives runs whose profile carries a script
                             (README); SIGTERM hands its runs off and exits 0
   db-url                    print the database URL commands use

@@ -1,0 +1,266 @@
+// The chaos test: several real bot processes work through many scripted runs while a seeded chaos
+// loop kills them (kill -9 at random moments, and SIGKILL at named failpoints), restarts them
+// under the same slots, and SIGSTOPs some past their lease (zombies that wake up with a stale
+// generation). At the end: every run finished, no effect key twice in the effects log, every
+// transcript verifies, no row written by a stale generation, and every settlement rule exercised.
+//
+// Profile (environment): RUNLEDGER_CHAOS_SEED (printed; replays a run), RUNLEDGER_CHAOS_RUNS (50),
+// RUNLEDGER_CHAOS_KILLS (20), RUNLEDGER_CHAOS_ZOMBIES (2), RUNLEDGER_CHAOS_BOTS (3).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "settlement/settlement.h"
+#include "tests/ledger/ledger_fixture.h"
+#include "transcript/transcript.h"
+
+using namespace runledger;
+using namespace runledger::testing;
+using nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kLeaseMs = 2000;
+constexpr int kTurns = 20;
+const std::vector<std::string> kFailpoints = {"bot.after_turn_append", "bot.after_intent",
+                                              "bot.after_effect", "bot.after_completion"};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::stoi(v) : fallback;
+}
+
+// ~20 steps touching every effect class: write, read, append to a log by bash (unsafe).
+json chaos_script() {
+  json turns = json::array();
+  for (int i = 0; i < kTurns; ++i) {
+    json call;
+    switch (i % 3) {
+      case 0:
+        call = {{"id", "w" + std::to_string(i)},
+                {"tool", "write_file"},
+                {"args", {{"path", "state.txt"}, {"content", "turn " + std::to_string(i)}}}};
+        break;
+      case 1:
+        call = {{"id", "r" + std::to_string(i)},
+                {"tool", "read_file"},
+                {"args", {{"path", "state.txt"}}}};
+        break;
+      default:
+        call = {{"id", "b" + std::to_string(i)},
+                {"tool", "bash"},
+                {"args", {{"command", "echo $RUNLEDGER_EFFECT_KEY >> effects.txt"}}},
+                {"if_restarted",
+                 {{{"id", "b" + std::to_string(i) + "-check"},
+                   {"tool", "read_file"},
+                   {"args", {{"path", "effects.txt"}}}}}}};
+    }
+    turns.push_back({{"text", "turn " + std::to_string(i)}, {"calls", {call}}});
+  }
+  return {{"turns", turns}, {"result", {{"done", true}}}};
+}
+
+struct Bot {
+  std::string slot;
+  pid_t pid = -1;
+};
+
+pid_t spawn_bot(const std::string& url, const fs::path& work, const std::string& slot,
+                const std::string& failpoints) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("DATABASE_URL", url.c_str(), 1);
+    if (failpoints.empty()) {
+      unsetenv("RUNLEDGER_FAILPOINTS");
+    } else {
+      setenv("RUNLEDGER_FAILPOINTS", failpoints.c_str(), 1);
+    }
+    const std::string dir = work.string();
+    const std::string lease = std::to_string(kLeaseMs);
+    // Quiet: the bots' logs would drown the test's own output.
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(devnull, STDERR_FILENO);
+    execl(RUNLEDGER_BINARY, "runledger", "bot", "--slot", slot.c_str(), "--work-dir", dir.c_str(),
+          "--lease-ms", lease.c_str(), "--capacity", "4",
+          // Chaos kills far more often than production would: a run may be claimed several times
+          // before it completes its next step without being stuck.
+          "--max-takeovers", "50", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+struct Work {
+  fs::path path = fs::temp_directory_path() / ("chaos-" + random_uuid());
+  ~Work() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repeat an effect") {
+  const unsigned seed = static_cast<unsigned>(
+      env_int("RUNLEDGER_CHAOS_SEED", static_cast<int>(std::random_device{}() & 0x7fffffff)));
+  const int runs = env_int("RUNLEDGER_CHAOS_RUNS", 50);
+  const int kills_wanted = env_int("RUNLEDGER_CHAOS_KILLS", 20);
+  const int zombies_wanted = env_int("RUNLEDGER_CHAOS_ZOMBIES", 2);
+  const int bot_count = env_int("RUNLEDGER_CHAOS_BOTS", 3);
+  std::printf("chaos seed %u (replay with RUNLEDGER_CHAOS_SEED=%u)\n", seed, seed);
+  std::mt19937 rng(seed);
+
+  LedgerFixture f;
+  Work work;
+  fs::create_directories(work.path);
+  transcript::Store store(f.pool, f.ledger);
+  std::vector<RunId> run_ids;
+  for (int i = 0; i < runs; ++i) {
+    auto r = request("chaos-" + std::to_string(i));
+    r.profile = {{"script", chaos_script()}};
+    run_ids.push_back(f.ledger.dispatch(r).run.run_id);
+  }
+
+  std::vector<Bot> bots;
+  for (int i = 0; i < bot_count; ++i) {
+    bots.push_back({"bot-" + std::to_string(i + 1), -1});
+    bots.back().pid = spawn_bot(f.db.url(), work.path, bots.back().slot, "");
+  }
+
+  const auto finished_runs = [&] {
+    return f
+        .sql(
+            "SELECT count(*) FROM live_runs WHERE status IN ('finished', 'failed', "
+            "'interrupted', 'cancelled')")[0][0]
+        .as<int>();
+  };
+  const auto rules_seen = [&] {
+    std::set<std::string> rules;
+    for (const auto& row : f.sql("SELECT DISTINCT settlement->>'rule' FROM run_steps "
+                                 "WHERE settlement IS NOT NULL")) {
+      rules.insert(row[0].as<std::string>());
+    }
+    return rules;
+  };
+
+  int kills = 0, zombies = 0, failpoint_restarts = 0;
+  std::vector<double> resume_ms;
+  const auto deadline = std::chrono::steady_clock::now() + 240s;
+  // Kills come often enough to land at every failpoint, and far enough apart that runs progress
+  // between them (a run claimed again and again without progress is interrupted, by design).
+  std::uniform_int_distribution<int> pause_ms(200, 1000);
+  // Restarts every dead bot; a bot armed at a failpoint kills itself there.
+  const auto reap_and_restart = [&](bool arm) {
+    for (auto& bot : bots) {
+      int status = 0;
+      if (waitpid(bot.pid, &status, WNOHANG) != bot.pid) continue;
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++kills;
+      std::string failpoints;
+      if (arm && kills < kills_wanted + 40) {
+        failpoints =
+            kFailpoints[rng() % kFailpoints.size()] + "=kill@" + std::to_string(1 + rng() % 6);
+        ++failpoint_restarts;
+      }
+      bot.pid = spawn_bot(f.db.url(), work.path, bot.slot, failpoints);
+    }
+  };
+
+  for (;;) {
+    const bool chaos_done =
+        kills >= kills_wanted && zombies >= zombies_wanted && rules_seen().size() == 5;
+    if (chaos_done || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
+    reap_and_restart(true);
+    Bot& victim = bots[rng() % bots.size()];
+    if (zombies < zombies_wanted && rng() % 6 == 0) {
+      kill(victim.pid, SIGSTOP);  // past its lease: it wakes up holding stale generations
+      std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs + 1500));
+      kill(victim.pid, SIGCONT);
+      ++zombies;
+    } else if (rng() % 2 == 0) {
+      kill(victim.pid, SIGKILL);  // a random moment
+    }
+  }
+  // Calm: no more failpoints; let every run finish.
+  for (auto& bot : bots) kill(bot.pid, SIGKILL);
+  for (auto& bot : bots) {
+    int status = 0;
+    waitpid(bot.pid, &status, 0);
+    ++kills;
+    bot.pid = spawn_bot(f.db.url(), work.path, bot.slot, "");
+  }
+  const auto calm_deadline = std::chrono::steady_clock::now() + 120s;
+  while (finished_runs() < runs && std::chrono::steady_clock::now() < calm_deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  for (auto& bot : bots) kill(bot.pid, SIGTERM);
+  for (auto& bot : bots) {
+    int status = 0;
+    waitpid(bot.pid, &status, 0);
+  }
+
+  // Checks.
+  const auto rules = rules_seen();
+  std::map<std::string, int> effect_keys;
+  {
+    std::ifstream in(work.path / "effects.log");
+    for (std::string key, tool, generation; in >> key >> tool >> generation;) ++effect_keys[key];
+  }
+  int duplicates = 0;
+  for (const auto& [key, n] : effect_keys) duplicates += n - 1;
+  int steps = 0, bad_chains = 0, stale_rows = 0, wrong_rules = 0;
+  const auto classes =
+      settlement::EffectClasses::parse("pure: read_file\nidempotent: write_file\n");
+  for (const auto& run : run_ids) {
+    if (!store.verify(run).ok) ++bad_chains;
+    std::int64_t generation_seen = 0;
+    store.read(run, 1, [&](const transcript::Entry& e) {
+      if (e.generation.value() < generation_seen)
+        ++stale_rows;  // a stale owner wrote after a newer one
+      generation_seen = std::max(generation_seen, e.generation.value());
+    });
+    for (const auto& s : store.steps(run)) {
+      ++steps;
+      if (s.result_generation && *s.result_generation < s.intent_generation) ++stale_rows;
+      if (s.settlement.is_null()) continue;
+      const std::string rule = s.settlement["rule"];
+      const auto c = classes.classify(s.tool);
+      if ((rule == "rerun_pure" && c != settlement::EffectClass::pure) ||
+          (rule == "rerun_idempotent" && c != settlement::EffectClass::idempotent) ||
+          (rule == "synthetic_unsafe" && c != settlement::EffectClass::unsafe)) {
+        ++wrong_rules;
+      }
+    }
+  }
+  const int finished =
+      f.sql("SELECT count(*) FROM live_runs WHERE status = 'finished'")[0][0].as<int>();
+  std::printf(
+      "chaos: seed %u, bots %d, runs %d (finished %d), steps %d, kills %d (%d armed restarts), "
+      "zombies %d, effects %zu, duplicate effects %d, rules seen %zu/5\n",
+      seed, bot_count, runs, finished, steps, kills, failpoint_restarts, zombies,
+      effect_keys.size(), duplicates, rules.size());
+
+  for (const auto& row : f.sql("SELECT status, count(*), min(result::text) FROM live_runs "
+                               "GROUP BY status")) {
+    std::printf("  runs %s: %s (e.g. %s)\n", row[0].c_str(), row[1].c_str(),
+                row[2].is_null() ? "-" : row[2].c_str());
+  }
+  CHECK(finished == runs);
+  CHECK(duplicates == 0);
+  CHECK(bad_chains == 0);
+  CHECK(stale_rows == 0);
+  CHECK(wrong_rules == 0);
+  CHECK(kills >= kills_wanted);
+  CHECK(zombies >= zombies_wanted);
+  for (const char* rule : {"rerun_pure", "rerun_idempotent", "synthetic_unsafe",
+                           "append_missing_result", "run_never_started"}) {
+    CHECK(rules.contains(rule));
+  }
+}
