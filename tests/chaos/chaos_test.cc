@@ -19,6 +19,7 @@
 
 #include "settlement/settlement.h"
 #include "tests/ledger/ledger_fixture.h"
+#include "tests/support/child_process.h"
 #include "transcript/transcript.h"
 
 using namespace runledger;
@@ -76,28 +77,16 @@ struct Bot {
 
 pid_t spawn_bot(const std::string& url, const fs::path& work, const std::string& slot,
                 const std::string& failpoints) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setenv("DATABASE_URL", url.c_str(), 1);
-    if (failpoints.empty()) {
-      unsetenv("RUNLEDGER_FAILPOINTS");
-    } else {
-      setenv("RUNLEDGER_FAILPOINTS", failpoints.c_str(), 1);
-    }
-    const std::string dir = work.string();
-    const std::string lease = std::to_string(kLeaseMs);
-    // Quiet: the bots' logs would drown the test's own output.
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    dup2(devnull, STDOUT_FILENO);
-    dup2(devnull, STDERR_FILENO);
-    execl(RUNLEDGER_BINARY, "runledger", "bot", "--slot", slot.c_str(), "--work-dir", dir.c_str(),
-          "--lease-ms", lease.c_str(), "--capacity", "4",
-          // Chaos kills far more often than production would: a run may be claimed several times
-          // before it completes its next step without being stuck.
-          "--max-takeovers", "50", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
+  std::map<std::string, std::optional<std::string>> env = {{"DATABASE_URL", url}};
+  env["RUNLEDGER_FAILPOINTS"] =
+      failpoints.empty() ? std::nullopt : std::optional<std::string>(failpoints);
+  // Chaos kills far more often than production would: a run may be claimed several times before
+  // it completes its next step without being stuck, hence --max-takeovers. Quiet: the bots' logs
+  // would drown the test's own output.
+  return spawn(RUNLEDGER_BINARY,
+               {"bot", "--slot", slot, "--work-dir", work.string(), "--lease-ms",
+                std::to_string(kLeaseMs), "--capacity", "4", "--max-takeovers", "50"},
+               env, /*quiet=*/true);
 }
 
 struct Work {

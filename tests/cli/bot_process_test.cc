@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tests/ledger/ledger_fixture.h"
+#include "tests/support/child_process.h"
 #include "transcript/transcript.h"
 
 using namespace runledger;
@@ -20,26 +21,10 @@ namespace fs = std::filesystem;
 namespace {
 
 pid_t spawn_bot(const std::string& url, const fs::path& work, const std::string& failpoints) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setenv("DATABASE_URL", url.c_str(), 1);
-    if (failpoints.empty()) {
-      unsetenv("RUNLEDGER_FAILPOINTS");
-    } else {
-      setenv("RUNLEDGER_FAILPOINTS", failpoints.c_str(), 1);
-    }
-    const std::string dir = work.string();
-    execl(RUNLEDGER_BINARY, "runledger", "bot", "--slot", "bot-1", "--work-dir", dir.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::map<std::string, std::optional<std::string>> env = {{"DATABASE_URL", url}};
+  env["RUNLEDGER_FAILPOINTS"] =
+      failpoints.empty() ? std::nullopt : std::optional<std::string>(failpoints);
+  return spawn(RUNLEDGER_BINARY, {"bot", "--slot", "bot-1", "--work-dir", work.string()}, env);
 }
 
 bool wait_for(const std::function<bool()>& condition, std::chrono::seconds timeout) {

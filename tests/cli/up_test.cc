@@ -11,6 +11,7 @@
 
 #include "ids/ids.h"
 #include "ledger/ledger.h"
+#include "tests/support/child_process.h"
 
 using namespace runledger;
 using namespace std::chrono_literals;
@@ -19,15 +20,8 @@ namespace fs = std::filesystem;
 namespace {
 
 pid_t spawn_up(const fs::path& root) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    unsetenv("DATABASE_URL");
-    const std::string root_arg = root.string();
-    execl(RUNLEDGER_BINARY, "runledger", "up", "--root", root_arg.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
+  return testing::spawn(RUNLEDGER_BINARY, {"up", "--root", root.string()},
+                        {{"DATABASE_URL", std::nullopt}});
 }
 
 // The URL `up` publishes once the database is up and migrated, or "" after `timeout`.
