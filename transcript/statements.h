@@ -136,19 +136,17 @@ inline constexpr pg::Statement kReadSlice{
     "SELECT substring(body FROM $3 FOR $4) FROM transcript_entries "
     "WHERE run_id = $1::uuid AND seq = $2"};
 
-inline constexpr pg::Statement kSteps{"transcript_steps", R"sql(
-  SELECT step_no, intent_generation, result_generation, tool, call_id, args::text AS args,
-         effect_key, state, result, error, settlement::text AS settlement, result_seq, started_at,
-         finished_at
-  FROM run_steps WHERE run_id = $1::uuid ORDER BY step_no
-)sql"};
+// The columns step_from_row() reads.
+#define RUNLEDGER_STEP_COLUMNS                                                                 \
+  "SELECT step_no, intent_generation, result_generation, tool, call_id, args::text AS args, "  \
+  "effect_key, state, result, error, settlement::text AS settlement, result_seq, started_at, " \
+  "finished_at FROM run_steps "
 
-inline constexpr pg::Statement kStep{"transcript_step", R"sql(
-  SELECT step_no, intent_generation, result_generation, tool, call_id, args::text AS args,
-         effect_key, state, result, error, settlement::text AS settlement, result_seq, started_at,
-         finished_at
-  FROM run_steps WHERE run_id = $1::uuid AND step_no = $2
-)sql"};
+inline constexpr pg::Statement kSteps{
+    "transcript_steps", RUNLEDGER_STEP_COLUMNS "WHERE run_id = $1::uuid ORDER BY step_no"};
+
+inline constexpr pg::Statement kStep{
+    "transcript_step", RUNLEDGER_STEP_COLUMNS "WHERE run_id = $1::uuid AND step_no = $2"};
 
 inline constexpr pg::Statement kWallSpent{
     "transcript_wall_spent",
@@ -176,6 +174,7 @@ inline constexpr pg::Statement kNextStepNo{
 #undef RUNLEDGER_INSERT_INTENTS
 #undef RUNLEDGER_COMPLETE_STEP
 #undef RUNLEDGER_OWNED_RUN
+#undef RUNLEDGER_STEP_COLUMNS
 #undef RUNLEDGER_APPEND_RESULT_OF_STEP
 
 }  // namespace runledger::transcript::sql
