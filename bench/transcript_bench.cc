@@ -63,6 +63,8 @@ constexpr std::string_view kBenchDatabase = "bench";
 // deletes only its own runs.
 constexpr std::string_view kKeyPrefix = "transcript-bench-";
 constexpr int kClientCounts[] = {1, 16};
+constexpr int kPairedRounds = 5;
+constexpr int kPairedSeconds = 2;
 // One step's two transcript entries: about what a model turn and a tool's output weigh.
 constexpr std::size_t kTurnBytes = 4 << 10;
 constexpr std::size_t kToolResultBytes = 4 << 10;
@@ -281,6 +283,12 @@ struct PgbenchRow {
   Load load;
 };
 
+// One round of the paired comparison: pgbench, then ours, back to back.
+struct PairedRound {
+  double pgbench_tps = 0;
+  double appends_per_s = 0;
+};
+
 PgbenchRow measure_pgbench(BenchDatabase& db, const Server& server, const Pgbench& pgbench,
                            const std::filesystem::path& script, int clients, int seconds) {
   spdlog::info("pgbench INSERT, {} client(s)", clients);
@@ -412,6 +420,7 @@ struct Report {
   std::vector<StepRow> steps;
   std::map<int, PgbenchRow> pgbench;
   std::map<int, Measurement> small_appends;
+  std::vector<PairedRound> paired;  // 1 client, fenced 100 B append against pgbench INSERT
   AppendRow appends;
   StreamRow stream;
 };
@@ -472,6 +481,23 @@ void print_report(const Report& r) {
     if (it == r.pgbench.end()) continue;
     std::printf("| %7d | %9.0f | %6.0f | %6.0f | %18.0f | %5.2f |\n", clients, m.ops_per_s,
                 m.p50_us, m.p99_us, it->second.tps, m.ops_per_s / it->second.tps);
+  }
+
+  std::printf(
+      "\n### Paired rounds, 1 client: pgbench INSERT then the fenced 100 B append, %d s each\n\n"
+      "| round | pgbench INSERT tps | appends/s | ratio |\n"
+      "|-------|--------------------|-----------|-------|\n",
+      kPairedSeconds);
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < r.paired.size(); ++i) {
+    const auto& pair = r.paired[i];
+    ratios.push_back(pair.appends_per_s / pair.pgbench_tps);
+    std::printf("| %5zu | %18.0f | %9.0f | %5.2f |\n", i + 1, pair.pgbench_tps, pair.appends_per_s,
+                ratios.back());
+  }
+  if (!ratios.empty()) {
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("\nmedian ratio over %zu pairs: %.2f\n", ratios.size(), ratios[ratios.size() / 2]);
   }
 
   std::printf(
@@ -586,6 +612,15 @@ void run(const Args& args) {
   }
   for (const int clients : kClientCounts) {
     report.small_appends[clients] = measure_small_appends(db, clients, args.seconds);
+  }
+  // This machine's fsync latency drifts by 2x within a minute, which moves a ratio of two
+  // measurements taken minutes apart more than anything measured. Short back-to-back pairs
+  // see the same disk; the median pair is the figure to quote.
+  for (int round = 0; round < kPairedRounds; ++round) {
+    PairedRound pair;
+    pair.pgbench_tps = measure_pgbench(db, server, pgbench, script.path(), 1, kPairedSeconds).tps;
+    pair.appends_per_s = measure_small_appends(db, 1, kPairedSeconds).ops_per_s;
+    report.paired.push_back(pair);
   }
 
   {
