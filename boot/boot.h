@@ -47,7 +47,8 @@ struct Options {
   SlotName slot{"bot-1"};
   // Runs driven at once (each on its own worker thread).
   int capacity = 64;
-  // Database connections shared by every run of the process.
+  // Database connections shared by every run of the process; boot settles reclaimed runs on
+  // pool_size - 1 threads.
   int pool_size = 8;
   // How long to retry taking the slot before refusing to start.
   std::chrono::milliseconds slot_wait{5'000};
@@ -79,7 +80,8 @@ class RunContext {
 class RunDriver {
  public:
   virtual ~RunDriver() = default;
-  // The callbacks settlement uses to read turns and re-run tools.
+  // The callbacks settlement uses to read turns and re-run tools. Called from several threads
+  // at once (boot settles reclaimed runs side by side), each for a different run.
   virtual settlement::Callbacks callbacks(const ledger::Run& run) = 0;
   // Drives the run until it finishes (the driver writes the terminal record), is lost, or a stop
   // is requested at a safe point. Returns true when it stopped at a safe point (the run may be

@@ -75,8 +75,9 @@ void arm_from_environment() {
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0) {
-      throw std::invalid_argument("RUNLEDGER_FAILPOINTS: expected name=kill[@n], got '" +
-                                  std::string(item) + "'");
+      throw std::invalid_argument(
+          "RUNLEDGER_FAILPOINTS: expected name=kill[@n] or name=pause[@n], got '" +
+          std::string(item) + "'");
     }
     std::string_view action = item.substr(eq + 1);
     std::uint64_t nth = 1;
@@ -84,13 +85,11 @@ void arm_from_environment() {
       nth = std::stoull(std::string(action.substr(at + 1)));
       action = action.substr(0, at);
     }
-    if (action != "kill") {
-      throw std::invalid_argument(
-          "RUNLEDGER_FAILPOINTS: only 'kill' can be armed from the "
-          "environment, got '" +
-          std::string(action) + "'");
+    if (action != "kill" && action != "pause") {
+      throw std::invalid_argument("RUNLEDGER_FAILPOINTS: expected kill or pause, got '" +
+                                  std::string(action) + "'");
     }
-    arm(std::string(item.substr(0, eq)), Action::kill, nth);
+    arm(std::string(item.substr(0, eq)), action == "kill" ? Action::kill : Action::pause, nth);
   }
 }
 

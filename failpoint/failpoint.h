@@ -5,7 +5,8 @@
 // as a real crash) or blocks the calling thread until the test releases it (Action::pause).
 // Points are armed in-process with arm(), or for child processes through the environment:
 //   RUNLEDGER_FAILPOINTS="name=kill,other.name=kill@3"   (kill on the 3rd hit)
-// read once by arm_from_environment().
+// read once by arm_from_environment(). A pause armed there is never released (nothing in the
+// process knows to): it holds threads mid-operation until the process is killed.
 //
 // Cost when nothing is armed: one relaxed atomic load per hit.
 // Thread-safety: all functions are thread-safe.

@@ -11,10 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <ctime>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "settlement/settlement.h"
@@ -70,23 +74,58 @@ json chaos_script() {
   return {{"turns", turns}, {"result", {{"done", true}}}};
 }
 
+// One start of a bot process: its log, and when it was spawned (wall clock, as the log's).
+struct Incarnation {
+  fs::path log;
+  std::chrono::system_clock::time_point spawned;
+};
+
 struct Bot {
   std::string slot;
   pid_t pid = -1;
+  std::vector<Incarnation> incarnations;
 };
 
-pid_t spawn_bot(const std::string& url, const fs::path& work, const std::string& slot,
+pid_t spawn_bot(const std::string& url, const fs::path& work, Bot& bot,
                 const std::string& failpoints) {
+  const std::string& slot = bot.slot;
   std::map<std::string, std::optional<std::string>> env = {{"DATABASE_URL", url}};
   env["RUNLEDGER_FAILPOINTS"] =
       failpoints.empty() ? std::nullopt : std::optional<std::string>(failpoints);
   // Chaos kills far more often than production would: a run may be claimed several times before
-  // it completes its next step without being stuck, hence --max-takeovers. Quiet: the bots' logs
-  // would drown the test's own output.
+  // it completes its next step without being stuck, hence --max-takeovers. Each incarnation logs
+  // to a file of its own (read afterwards for its boot timeline), not into the test's output.
+  fs::create_directories(work / "logs");
+  Incarnation incarnation{
+      work / "logs" / (slot + "-" + std::to_string(bot.incarnations.size() + 1) + ".log"),
+      std::chrono::system_clock::now()};
+  bot.incarnations.push_back(incarnation);
   return spawn(RUNLEDGER_BINARY,
                {"bot", "--slot", slot, "--work-dir", work.string(), "--lease-ms",
                 std::to_string(kLeaseMs), "--capacity", "4", "--max-takeovers", "50"},
-               env, /*quiet=*/true);
+               env, incarnation.log.string());
+}
+
+// From spawning an incarnation to the line of its boot timeline that says it resumed the runs
+// it reclaimed (ms, by the log line's wall-clock timestamp); nullopt when it reclaimed none or
+// never got that far (killed while booting).
+std::optional<double> restart_to_resume_ms(const Incarnation& incarnation) {
+  std::ifstream in(incarnation.log);
+  const std::string marker = " runs; taking new work";
+  for (std::string line; std::getline(in, line);) {
+    // [2026-11-30 14:16:09.293] [info] [bot-1 +512 ms] resumed 3 runs; taking new work
+    const auto end = line.find(marker);
+    const auto word = line.rfind("resumed ", end);
+    if (end == std::string::npos || word == std::string::npos || line.size() < 25) continue;
+    if (std::stoi(line.substr(word + 8, end - word - 8)) == 0) return std::nullopt;
+    std::tm tm{};
+    std::istringstream(line.substr(1, 19)) >> std::get_time(&tm, "%Y-%m-%d %H:%M:%S");
+    tm.tm_isdst = -1;
+    const auto logged = std::chrono::system_clock::from_time_t(std::mktime(&tm)) +
+                        std::chrono::milliseconds(std::stoi(line.substr(21, 3)));
+    return std::chrono::duration<double, std::milli>(logged - incarnation.spawned).count();
+  }
+  return std::nullopt;
 }
 
 struct Work {
@@ -119,8 +158,8 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
 
   std::vector<Bot> bots;
   for (int i = 0; i < bot_count; ++i) {
-    bots.push_back({"bot-" + std::to_string(i + 1), -1});
-    bots.back().pid = spawn_bot(f.db.url(), work.path, bots.back().slot, "");
+    bots.push_back({"bot-" + std::to_string(i + 1), -1, {}});
+    bots.back().pid = spawn_bot(f.db.url(), work.path, bots.back(), "");
   }
 
   const auto finished_runs = [&] {
@@ -140,7 +179,6 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
   };
 
   int kills = 0, zombies = 0, failpoint_restarts = 0;
-  std::vector<double> resume_ms;
   const auto deadline = std::chrono::steady_clock::now() + 240s;
   // Kills come often enough to land at every failpoint, and far enough apart that runs progress
   // between them (a run claimed again and again without progress is interrupted, by design).
@@ -157,7 +195,7 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
             kFailpoints[rng() % kFailpoints.size()] + "=kill@" + std::to_string(1 + rng() % 6);
         ++failpoint_restarts;
       }
-      bot.pid = spawn_bot(f.db.url(), work.path, bot.slot, failpoints);
+      bot.pid = spawn_bot(f.db.url(), work.path, bot, failpoints);
     }
   };
 
@@ -183,7 +221,7 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
     int status = 0;
     waitpid(bot.pid, &status, 0);
     ++kills;
-    bot.pid = spawn_bot(f.db.url(), work.path, bot.slot, "");
+    bot.pid = spawn_bot(f.db.url(), work.path, bot, "");
   }
   const auto calm_deadline = std::chrono::steady_clock::now() + 120s;
   while (finished_runs() < runs && std::chrono::steady_clock::now() < calm_deadline) {
@@ -236,6 +274,25 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
       seed, bot_count, runs, finished, steps, kills, failpoint_restarts, zombies,
       effect_keys.size(), duplicates, rules.size());
 
+  std::vector<double> resume_ms;
+  for (const auto& bot : bots) {
+    for (const auto& incarnation : bot.incarnations) {
+      if (const auto ms = restart_to_resume_ms(incarnation)) resume_ms.push_back(*ms);
+    }
+  }
+  std::sort(resume_ms.begin(), resume_ms.end());
+  const auto at = [&](double fraction) {
+    return resume_ms.empty()
+               ? 0.0
+               : resume_ms[std::min(
+                     resume_ms.size() - 1,
+                     static_cast<std::size_t>(fraction * static_cast<double>(resume_ms.size())))];
+  };
+  std::printf(
+      "chaos: restart to runs resumed (spawn to the boot timeline's \"resumed\", %zu restarts "
+      "that reclaimed runs): p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
+      resume_ms.size(), at(0.5), at(0.99), resume_ms.empty() ? 0.0 : resume_ms.back());
+
   for (const auto& row : f.sql("SELECT status, count(*), min(result::text) FROM live_runs "
                                "GROUP BY status")) {
     std::printf("  runs %s: %s (e.g. %s)\n", row[0].c_str(), row[1].c_str(),
@@ -248,6 +305,7 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
   CHECK(wrong_rules == 0);
   CHECK(kills >= kills_wanted);
   CHECK(zombies >= zombies_wanted);
+  CHECK(!resume_ms.empty());
   for (const char* rule : {"rerun_pure", "rerun_idempotent", "synthetic_unsafe",
                            "append_missing_result", "run_never_started"}) {
     CHECK(rules.contains(rule));

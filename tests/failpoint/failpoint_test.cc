@@ -45,10 +45,22 @@ TEST_CASE("a kill failpoint ends the process with SIGKILL on its nth hit") {
   CHECK(WTERMSIG(status) == SIGKILL);
 }
 
+TEST_CASE("a pause armed from the environment holds the thread that hits it") {
+  setenv("RUNLEDGER_FAILPOINTS", "test.env_pause=pause@2", 1);
+  failpoint::arm_from_environment();
+  unsetenv("RUNLEDGER_FAILPOINTS");
+  failpoint::hit("test.env_pause");  // the first hit passes
+  auto worker = std::async(std::launch::async, [] { failpoint::hit("test.env_pause"); });
+  REQUIRE(failpoint::wait_until_paused("test.env_pause", 5s));
+  CHECK(worker.wait_for(50ms) == std::future_status::timeout);
+  failpoint::release("test.env_pause");
+  worker.get();
+}
+
 TEST_CASE("a malformed failpoint spec is refused") {
   setenv("RUNLEDGER_FAILPOINTS", "no-action", 1);
   CHECK_THROWS_AS(failpoint::arm_from_environment(), std::invalid_argument);
-  setenv("RUNLEDGER_FAILPOINTS", "x=pause", 1);
+  setenv("RUNLEDGER_FAILPOINTS", "x=stop", 1);
   CHECK_THROWS_AS(failpoint::arm_from_environment(), std::invalid_argument);
   unsetenv("RUNLEDGER_FAILPOINTS");
   failpoint::disarm_all();
