@@ -20,17 +20,6 @@ extern "C" void request_handoff(int) {
   if (running_process != nullptr) running_process->request_stop();  // an atomic store
 }
 
-int positive(const Args& args, const std::string& name, int fallback) {
-  const auto value = flag(args, name);
-  if (!value) return fallback;
-  try {
-    const int n = std::stoi(*value);
-    if (n > 0) return n;
-  } catch (const std::exception&) {
-  }
-  throw InvalidArgument(name + " must be a positive integer");
-}
-
 }  // namespace
 
 int bot(const Args& args) {

@@ -15,7 +15,9 @@ int migrate(const Args& args);
 int dispatch(const Args& args);
 int runs(const Args& args);  // runs ls | show | cancel
 int sweep(const Args& args);
-int bot(const Args& args);  // the reference bot process
+int bot(const Args& args);              // the reference bot process
+int run_coordinator(const Args& args);  // `coordinator`: the workflow executor process
+int instances(const Args& args);        // instances create | ls | show | history | send-event
 int db_url(const Args& args);
 
 // DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws
@@ -24,5 +26,11 @@ std::string database_url();
 
 // Value of `--name value` in args, if present; throws InvalidArgument when the value is missing.
 std::optional<std::string> flag(const Args& args, const std::string& name);
+
+// The positive integer `value` of option `name`, or `fallback` when absent; InvalidArgument
+// otherwise.
+int positive(const std::optional<std::string>& value, const std::string& name, int fallback);
+// Same, for `--name value` in args.
+int positive(const Args& args, const std::string& name, int fallback);
 
 }  // namespace runledger::cli

@@ -28,4 +28,19 @@ std::optional<std::string> flag(const Args& args, const std::string& name) {
   return std::nullopt;
 }
 
+int positive(const std::optional<std::string>& value, const std::string& name, int fallback) {
+  if (!value) return fallback;
+  try {
+    std::size_t used = 0;
+    const int n = std::stoi(*value, &used);
+    if (used == value->size() && n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  throw InvalidArgument(name + " must be a positive integer");
+}
+
+int positive(const Args& args, const std::string& name, int fallback) {
+  return positive(flag(args, name), name, fallback);
+}
+
 }  // namespace runledger::cli

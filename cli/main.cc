@@ -26,6 +26,14 @@ constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
       [--effect-classes FILE] [--lease-ms N] [--max-takeovers N]
                             the reference bot: drives runs whose profile carries a script
                             (README); SIGTERM hands its runs off and exits 0
+  coordinator [--threads N] [--lease-ms N] [--poll-ms N]
+                            run the workflow coordinator (built-in workflows, e.g.
+                            demo.approval) until SIGTERM or SIGINT
+  instances create --workflow W --id ID [--input JSON]
+  instances ls [--status S] [--limit N]
+  instances show ID         the instance and its steps
+  instances history ID
+  instances send-event ID --type T [--payload JSON] [--dedupe-key K]
   db-url                    print the database URL commands use
 
 Commands other than `up` use DATABASE_URL, or the database of a running `runledger up` started
@@ -56,10 +64,16 @@ int exit_code(runledger::ErrorCode code) {
 int main(int argc, char** argv) {
   using namespace runledger;
   const std::map<std::string, std::function<int(const cli::Args&)>> commands = {
-      {"up", cli::up},           {"service", cli::service},
-      {"migrate", cli::migrate}, {"dispatch", cli::dispatch},
-      {"runs", cli::runs},       {"sweep", cli::sweep},
-      {"db-url", cli::db_url},   {"bot", cli::bot},
+      {"up", cli::up},
+      {"service", cli::service},
+      {"migrate", cli::migrate},
+      {"dispatch", cli::dispatch},
+      {"runs", cli::runs},
+      {"sweep", cli::sweep},
+      {"db-url", cli::db_url},
+      {"bot", cli::bot},
+      {"coordinator", cli::run_coordinator},
+      {"instances", cli::instances},
   };
   if (argc < 2 || !commands.contains(argv[1])) {
     std::fputs(kUsage, argc < 2 ? stdout : stderr);

@@ -76,11 +76,19 @@ int up(const Args& args) {
   }
   migrations::apply(url);  // logs what it applies
 
-  const std::vector<std::string> service_argv = {"runledger", "service"};
-  pid_t child = start_child(service_argv, url, original);
-  spdlog::info("supervising service (pid {}); Ctrl-C stops everything", child);
+  // Each child is restarted when it exits, with a backoff of its own.
+  struct Child {
+    std::vector<std::string> argv;
+    pid_t pid = -1;
+    std::chrono::seconds backoff{1};
+  };
+  std::vector<Child> children = {{{"runledger", "service"}}, {{"runledger", "coordinator"}}};
+  for (auto& c : children) {
+    c.pid = start_child(c.argv, url, original);
+    spdlog::info("supervising {} (pid {})", c.argv[1], c.pid);
+  }
+  spdlog::info("Ctrl-C stops everything");
 
-  auto backoff = std::chrono::seconds(1);
   for (;;) {
     siginfo_t info;
     const int sig = sigwaitinfo(&handled, &info);
@@ -89,28 +97,32 @@ int up(const Args& args) {
     int status = 0;
     while (const pid_t done = waitpid(-1, &status, WNOHANG)) {
       if (done < 0) break;
-      if (done != child) continue;
-      spdlog::warn("service exited ({}); restarting in {} s",
-                   WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
-                                     : "signal " + std::to_string(WTERMSIG(status)),
-                   backoff.count());
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::seconds(30));
-      child = start_child(service_argv, url, original);
+      for (auto& c : children) {
+        if (c.pid != done) continue;
+        spdlog::warn("{} exited ({}); restarting in {} s", c.argv[1],
+                     WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
+                                       : "signal " + std::to_string(WTERMSIG(status)),
+                     c.backoff.count());
+        std::this_thread::sleep_for(c.backoff);
+        c.backoff = std::min(c.backoff * 2, std::chrono::seconds(30));
+        c.pid = start_child(c.argv, url, original);
+      }
     }
   }
 
   spdlog::info("stopping");
-  kill(child, SIGTERM);
+  for (const auto& c : children) kill(c.pid, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  int status = 0;
-  while (waitpid(child, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(child, SIGKILL);
-      waitpid(child, &status, 0);
-      break;
+  for (const auto& c : children) {
+    int status = 0;
+    while (waitpid(c.pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (db) {
     std::filesystem::remove(root / "database_url");

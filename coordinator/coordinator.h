@@ -1,0 +1,277 @@
+// The coordinator: a durable workflow engine on the ledger's PostgreSQL.
+//
+// Contract:
+//  - A workflow is a class registered under a name and a version; run(input, step) is replayed
+//    from the top whenever its instance runs, against the instance's step record. Every step is
+//    identified by `name#count` (the count of that name's calls so far in this execution), so
+//    reordering differently named steps is allowed; a replayed call whose kind (run, sleep, wait,
+//    spawn) differs from the one recorded under its key throws NonDeterminism naming the step.
+//  - A completed step is never run again (invariant 9): its JSON value is returned, or its final
+//    error re-thrown as StepError, from the record. A step body runs at least once and, when its
+//    completion is recorded, exactly as many times as the record says (a process killed inside a
+//    body leaves that attempt unrecorded, and the body runs again).
+//  - Retries: the step's config (limit, delay, backoff; per-attempt timeout) is stored with the
+//    step's first record and wins on replay. NonRetryable ends them. The timeout is cooperative:
+//    the body's stop token is triggered, and a value returned after the timeout is discarded.
+//  - Sleeps store their absolute wake time; waits store (type, match, timeout) and take the
+//    oldest unconsumed event of that type whose payload contains `match`; events sent before
+//    the wait exists are kept until one takes them, and each is taken by exactly one wait. A
+//    wait's timeout is its final error (EventTimeout), re-thrown on replay (invariant 10).
+//  - spawn() dispatches a child run with dispatch key "wf:<instance>:<step key>" and the
+//    instance as its parent: a repeated spawn finds the same child, and the child's terminal
+//    record delivers a "run-finished" event ({run_id, status, result}) to the instance.
+//  - A sleep or wait that is not yet due records itself and unwinds (the workflow's run() is
+//    left by an exception that is not a std::exception: let unknown exceptions pass): a waiting
+//    instance holds no thread and no memory; a due deadline or an event replays it.
+//  - Instances are leased and fenced like runs: a claim bumps the generation, every write checks
+//    it, and a refused write stops that replay (FencedError). An instance past its maximum
+//    duration is errored, naming the step it was in.
+//  - All deadlines are on the database clock (runledger_now(): tests move it forward).
+//  - Every write of the engine is one statement (one commit); a completed step costs one.
+//
+// Thread-safety: Registry is immutable once an Executor or Coordinator uses it. Coordinator is
+// thread-safe. Executor runs its own threads; its public methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ids/ids.h"
+#include "ledger/ledger.h"
+#include "pg/pg.h"
+
+namespace runledger::coordinator {
+
+using nlohmann::json;
+
+enum class InstanceStatus { queued, running, waiting, paused, complete, errored, terminated };
+std::string_view to_string(InstanceStatus status);
+InstanceStatus parse_instance_status(std::string_view name);  // throws InvalidArgument
+
+// ---------------------------------------------------------------------------------------------
+// What a workflow's steps throw
+
+// Thrown by a step body to end its retries at once.
+class NonRetryable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A step's final error (its attempts exhausted, NonRetryable, its value too large, a wait's
+// timeout), thrown when it happens and re-thrown from the record on every replay.
+class StepError : public std::runtime_error {
+ public:
+  StepError(std::string step_key, std::string kind, const std::string& message)
+      : std::runtime_error(message), step_key_(std::move(step_key)), kind_(std::move(kind)) {}
+  const std::string& step_key() const { return step_key_; }
+  // "failed", "non_retryable", "timeout", "value_too_large", "event_timeout"
+  const std::string& kind() const { return kind_; }
+
+ private:
+  std::string step_key_;
+  std::string kind_;
+};
+
+class EventTimeout : public StepError {
+ public:
+  using StepError::StepError;
+};
+
+// A replayed call whose kind differs from the step recorded under its key. Ends the instance.
+class NonDeterminism : public std::runtime_error {
+ public:
+  NonDeterminism(std::string step_key, const std::string& message)
+      : std::runtime_error(message), step_key_(std::move(step_key)) {}
+  const std::string& step_key() const { return step_key_; }
+
+ private:
+  std::string step_key_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Steps
+
+enum class Backoff { constant, linear, exponential };
+
+struct StepConfig {
+  // Attempts after the first; 0: no retries.
+  int retries = 0;
+  // Delay before retry n (1-based): delay, delay * n, or delay * 2^(n-1).
+  std::chrono::milliseconds delay{1'000};
+  Backoff backoff = Backoff::exponential;
+  // Per attempt; nullopt: none.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+struct EventWait {
+  std::string type;
+  // The event's payload must contain this object (PostgreSQL `@>`).
+  json match = json::object();
+  // Required: nothing waits unbounded.
+  std::chrono::milliseconds timeout{0};
+};
+
+// The workflow's handle on its instance during one execution.
+class Step {
+ public:
+  virtual ~Step() = default;
+  virtual const std::string& instance_id() const = 0;
+  // Memoized: the body's value, or its final error.
+  virtual json run(std::string_view name, const StepConfig& config,
+                   const std::function<json(std::stop_token)>& body) = 0;
+  json run(std::string_view name, const std::function<json(std::stop_token)>& body) {
+    return run(name, StepConfig{}, body);
+  }
+  virtual void sleep(std::string_view name, std::chrono::milliseconds duration) = 0;
+  // `at` is on the database clock, as milliseconds since the Unix epoch.
+  virtual void sleep_until(std::string_view name, std::int64_t at_unix_ms) = 0;
+  // The payload of the event the wait took; EventTimeout when none came in time.
+  virtual json wait_for_event(std::string_view name, const EventWait& wait) = 0;
+  // The child run's id. `request.dispatch_key` and `request.parent_instance` are set here.
+  virtual RunId spawn(std::string_view name, ledger::DispatchRequest request) = 0;
+};
+
+class Workflow {
+ public:
+  virtual ~Workflow() = default;
+  virtual json run(const json& input, Step& step) = 0;
+};
+
+struct Registration {
+  std::string name;
+  int version = 1;
+  // Invariant 10: an instance that runs longer is errored.
+  std::chrono::seconds max_duration{24 * 3600};
+  std::shared_ptr<Workflow> workflow;
+};
+
+class Registry {
+ public:
+  // Throws InvalidArgument for a name registered twice or an empty name.
+  void add(Registration registration);
+  const Registration* find(std::string_view name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, Registration, std::less<>> workflows_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Instances
+
+struct Instance {
+  std::string instance_id;
+  std::string workflow;
+  int version = 0;
+  json input;
+  InstanceStatus status = InstanceStatus::queued;
+  json output;  // null until complete
+  json error;   // {"message", "step", "kind"} once errored
+  Generation generation{0};
+  std::optional<std::string> owner;
+  std::optional<std::string> wake_at;  // timestamps: PostgreSQL text, UTC
+  std::string deadline_at;
+  std::optional<std::string> current_step;
+  std::string created_at;
+  std::string updated_at;
+  std::optional<std::string> finished_at;
+};
+json to_json(const Instance& instance);
+
+struct Created {
+  Instance instance;
+  bool created;  // false: the id existed; `instance` is the existing one, unchanged
+};
+
+struct StepRecord {
+  std::string step_key;
+  std::string kind;   // run | sleep | wait | spawn
+  std::string state;  // pending | succeeded | failed
+  int attempts = 0;
+  json config;
+  json output;
+  json error;
+  std::optional<std::string> due_at;
+  Generation generation{0};
+};
+
+struct HistoryEntry {
+  std::int64_t id = 0;
+  std::string at;
+  std::optional<std::int64_t> generation;
+  std::string what;
+  std::optional<std::string> step_key;
+  json detail;
+};
+
+struct Options {
+  // Instance lease granted by a claim and extended every lease_ttl / 3 while replaying.
+  std::chrono::milliseconds lease_ttl{30'000};
+  // A step value (JSON text) larger than this is the step's final error.
+  std::size_t max_value_bytes = 1 << 20;
+  // Step calls per execution; the next one is an error naming it.
+  int max_steps = 10'000;
+  // Executor threads, each replaying one instance at a time.
+  int threads = 4;
+  // Longest an idle executor waits without a NOTIFY before looking for due instances again.
+  std::chrono::milliseconds poll_interval{5'000};
+};
+
+// The client side: create instances, send events, read them. Needs no executor.
+class Coordinator {
+ public:
+  Coordinator(pg::Pool& pool, const Registry& registry);
+
+  // Idempotent on instance_id (1-255 characters of [A-Za-z0-9_.:-]). InvalidArgument for a bad
+  // id or a workflow not in the registry.
+  Created create(std::string_view workflow, const std::string& instance_id, const json& input);
+  // Buffered until a wait takes it. Idempotent on (instance, dedupe_key): the second send
+  // returns false. NotFound for an unknown instance.
+  bool send_event(const std::string& instance_id, const std::string& type, const json& payload,
+                  const std::string& dedupe_key);
+  Instance get(const std::string& instance_id);  // NotFound
+  std::vector<Instance> list(std::optional<InstanceStatus> status, int limit);
+  std::vector<StepRecord> steps(const std::string& instance_id);
+  std::vector<HistoryEntry> history(const std::string& instance_id);
+
+ private:
+  pg::Pool& pool_;
+  const Registry& registry_;
+};
+
+// Claims due instances of the registered workflows and replays them.
+class Executor {
+ public:
+  // `id` names this executor in leases and history (e.g. "coordinator-<pid>").
+  Executor(std::string database_url, const Registry& registry, std::string id, Options options = {},
+           ledger::Options ledger_options = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Claims one due instance and replays it until it completes, errors or waits. False when none
+  // was due. For tests and tools; run() does this on Options::threads threads.
+  bool run_one();
+  // Runs until request_stop(): threads claim due instances, woken by NOTIFY on runledger_wf,
+  // by the earliest due time, and at the latest every poll_interval.
+  void run();
+  // Async-signal-safe.
+  void request_stop();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace runledger::coordinator

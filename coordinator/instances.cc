@@ -1,0 +1,201 @@
+// The client side: the registry, instance creation, events, and reads.
+#include <algorithm>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/rows.h"
+#include "coordinator/statements.h"
+#include "errors/errors.h"
+
+namespace runledger::coordinator {
+namespace {
+
+constexpr std::string_view kStatusNames[] = {"queued",   "running", "waiting",   "paused",
+                                             "complete", "errored", "terminated"};
+
+std::optional<std::string> optional_text(const pqxx::field& f) {
+  if (f.is_null()) return std::nullopt;
+  return f.as<std::string>();
+}
+
+}  // namespace
+
+std::string_view to_string(InstanceStatus status) {
+  return kStatusNames[static_cast<int>(status)];
+}
+
+InstanceStatus parse_instance_status(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(kStatusNames); ++i) {
+    if (kStatusNames[i] == name) return static_cast<InstanceStatus>(i);
+  }
+  throw InvalidArgument("unknown instance status '" + std::string(name.substr(0, 32)) +
+                        "' (queued, running, waiting, paused, complete, errored, terminated)");
+}
+
+json json_from(const pqxx::field& field) {
+  return field.is_null() ? json() : json::parse(field.c_str());
+}
+
+Instance instance_from_row(const pqxx::row& row) {
+  return Instance{
+      .instance_id = row[0].as<std::string>(),
+      .workflow = row[1].as<std::string>(),
+      .version = row[2].as<int>(),
+      .input = json_from(row[3]),
+      .status = parse_instance_status(row[4].c_str()),
+      .output = json_from(row[5]),
+      .error = json_from(row[6]),
+      .generation = Generation(row[7].as<std::int64_t>()),
+      .owner = optional_text(row[8]),
+      .wake_at = optional_text(row[9]),
+      .deadline_at = row[10].as<std::string>(),
+      .current_step = optional_text(row[11]),
+      .created_at = row[12].as<std::string>(),
+      .updated_at = row[13].as<std::string>(),
+      .finished_at = optional_text(row[14]),
+  };
+}
+
+StepRecord step_from_row(const pqxx::row& row) {
+  return StepRecord{
+      .step_key = row[0].as<std::string>(),
+      .kind = row[1].as<std::string>(),
+      .state = row[2].as<std::string>(),
+      .attempts = row[3].as<int>(),
+      .config = json_from(row[4]),
+      .output = json_from(row[5]),
+      .error = json_from(row[6]),
+      .due_at = optional_text(row[7]),
+      .generation = Generation(row[8].as<std::int64_t>()),
+  };
+}
+
+json to_json(const Instance& i) {
+  const auto optional = [](const auto& v) { return v ? json(*v) : json(); };
+  return {{"instance_id", i.instance_id},
+          {"workflow", i.workflow},
+          {"version", i.version},
+          {"input", i.input},
+          {"status", to_string(i.status)},
+          {"output", i.output},
+          {"error", i.error},
+          {"generation", i.generation.value()},
+          {"owner", optional(i.owner)},
+          {"wake_at", optional(i.wake_at)},
+          {"deadline_at", i.deadline_at},
+          {"current_step", optional(i.current_step)},
+          {"created_at", i.created_at},
+          {"updated_at", i.updated_at},
+          {"finished_at", optional(i.finished_at)}};
+}
+
+void Registry::add(Registration registration) {
+  if (registration.name.empty() || !registration.workflow) {
+    throw InvalidArgument("a workflow registration needs a name and a workflow");
+  }
+  if (registration.max_duration.count() <= 0) {
+    throw InvalidArgument("workflow " + registration.name + ": max_duration must be positive");
+  }
+  const std::string name = registration.name;
+  if (!workflows_.emplace(name, std::move(registration)).second) {
+    throw InvalidArgument("workflow " + name + " is registered twice");
+  }
+}
+
+const Registration* Registry::find(std::string_view name) const {
+  const auto it = workflows_.find(name);
+  return it == workflows_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> Registry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, r] : workflows_) out.push_back(name);
+  return out;
+}
+
+Coordinator::Coordinator(pg::Pool& pool, const Registry& registry)
+    : pool_(pool), registry_(registry) {}
+
+Created Coordinator::create(std::string_view workflow, const std::string& instance_id,
+                            const json& input) {
+  check_instance_id(instance_id, "instance_id");
+  const Registration* r = registry_.find(workflow);
+  if (!r) {
+    throw InvalidArgument(
+        "no workflow named '" + std::string(workflow.substr(0, 64)) + "' is registered",
+        {{"field", "workflow"}});
+  }
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  auto rows = pg::exec(tx, sql::kCreate, instance_id, r->name, r->version, input.dump(),
+                       static_cast<std::int64_t>(r->max_duration.count()));
+  if (!rows.empty()) return {instance_from_row(rows[0]), true};
+  rows = pg::exec(tx, sql::kGet, instance_id);
+  if (rows.empty()) throw Conflict("instance " + instance_id + " vanished while being created");
+  return {instance_from_row(rows[0]), false};
+}
+
+bool Coordinator::send_event(const std::string& instance_id, const std::string& type,
+                             const json& payload, const std::string& dedupe_key) {
+  check_key(type, "type");
+  check_key(dedupe_key, "dedupe_key");
+  if (!payload.is_object()) {
+    throw InvalidArgument("an event payload is a JSON object", {{"field", "payload"}});
+  }
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  if (!pg::exec(tx, sql::kSendEvent, instance_id, type, payload.dump(), dedupe_key).empty()) {
+    return true;
+  }
+  if (pg::exec(tx, sql::kExists, instance_id).empty()) {
+    throw NotFound("instance " + instance_id + " does not exist", {{"instance_id", instance_id}});
+  }
+  return false;
+}
+
+Instance Coordinator::get(const std::string& instance_id) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kGet, instance_id);
+  if (rows.empty()) {
+    throw NotFound("instance " + instance_id + " does not exist", {{"instance_id", instance_id}});
+  }
+  return instance_from_row(rows[0]);
+}
+
+std::vector<Instance> Coordinator::list(std::optional<InstanceStatus> status, int limit) {
+  if (limit < 1) throw InvalidArgument("limit must be positive", {{"field", "limit"}});
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const std::optional<std::string> status_name =
+      status ? std::optional<std::string>(std::string(to_string(*status))) : std::nullopt;
+  std::vector<Instance> out;
+  for (const auto& row : pg::exec(tx, sql::kList, pg::nullable(status_name), limit)) {
+    out.push_back(instance_from_row(row));
+  }
+  return out;
+}
+
+std::vector<StepRecord> Coordinator::steps(const std::string& instance_id) {
+  get(instance_id);  // NotFound
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  std::vector<StepRecord> out;
+  for (const auto& row : pg::exec(tx, sql::kSteps, instance_id)) out.push_back(step_from_row(row));
+  return out;
+}
+
+std::vector<HistoryEntry> Coordinator::history(const std::string& instance_id) {
+  get(instance_id);  // NotFound
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  std::vector<HistoryEntry> out;
+  for (const auto& row : pg::exec(tx, sql::kHistory, instance_id)) {
+    out.push_back(
+        {row[0].as<std::int64_t>(), row[1].as<std::string>(),
+         row[2].is_null() ? std::nullopt : std::optional<std::int64_t>(row[2].as<std::int64_t>()),
+         row[3].as<std::string>(), optional_text(row[4]), json_from(row[5])});
+  }
+  return out;
+}
+
+}  // namespace runledger::coordinator
