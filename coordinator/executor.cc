@@ -53,8 +53,19 @@ struct Executor::State {
 
   std::atomic<bool> stop{false};
   std::mutex mu;
-  std::condition_variable wake;
-  std::uint64_t notifications = 0;  // guarded by mu
+  std::condition_variable wake;  // the heartbeat's
+  std::condition_variable work;  // idle workers'. Both on mu
+  // Notifications not yet acted on, each waking one idle worker (not all of them: a creation
+  // is one instance to claim, and a herd of claims would compete for the cores with the one that
+  // matters). At most `threads`. Guarded by mu.
+  int wakeups = 0;
+  void add_wakeup() {
+    {
+      std::lock_guard lock(mu);
+      wakeups = std::min(wakeups + 1, options.threads);
+    }
+    work.notify_one();
+  }
   // Instances being replayed: id -> (generation, lost flag). Guarded by mu.
   struct Held {
     Generation generation;
@@ -194,21 +205,11 @@ void Executor::State::listen_loop() {
       struct Receiver : pqxx::notification_receiver {
         Receiver(pqxx::connection& c, State& s)
             : notification_receiver(c, "runledger_wf"), state(s) {}
-        void operator()(const std::string&, int) override {
-          {
-            std::lock_guard lock(state.mu);
-            ++state.notifications;
-          }
-          state.wake.notify_all();
-        }
+        void operator()(const std::string&, int) override { state.add_wakeup(); }
         State& state;
       } receiver(conn, *this);
       // Anything that happened before LISTEN took effect is found by the workers' next look.
-      {
-        std::lock_guard lock(mu);
-        ++notifications;
-      }
-      wake.notify_all();
+      add_wakeup();
       while (!stop) conn.await_notification(0, 200'000);
     } catch (const std::exception& e) {
       if (stop) return;
@@ -219,12 +220,16 @@ void Executor::State::listen_loop() {
 }
 
 void Executor::State::wait_for_work() {
-  std::int64_t wait_ms = options.poll_interval.count();
-  std::uint64_t seen = 0;
+  const auto take_wakeup = [&] {
+    if (wakeups == 0) return false;
+    --wakeups;
+    return true;
+  };
   {
     std::lock_guard lock(mu);
-    seen = notifications;
+    if (take_wakeup()) return;
   }
+  std::int64_t wait_ms = options.poll_interval.count();
   try {
     auto conn = pool.acquire();
     pqxx::nontransaction tx(*conn);
@@ -238,8 +243,8 @@ void Executor::State::wait_for_work() {
   }
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   std::unique_lock lock(mu);
-  while (!stop && notifications == seen && std::chrono::steady_clock::now() < until) {
-    wake.wait_until(
+  while (!stop && !take_wakeup() && std::chrono::steady_clock::now() < until) {
+    work.wait_until(
         lock, std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
   }
 }

@@ -2,7 +2,11 @@
 -- leased and fenced like runs (generation bumped at every claim; every write checks it).
 
 CREATE TABLE wf_instances (
-  instance_id      text PRIMARY KEY CHECK (instance_id ~ '^[A-Za-z0-9_.:-]{1,255}$'),
+  -- (A bounded repetition {1,255} in the pattern costs ~30 µs per row in PostgreSQL's regex
+  -- engine; the length is checked on its own.)
+  instance_id      text PRIMARY KEY
+                   CHECK (length(instance_id) BETWEEN 1 AND 255
+                          AND instance_id ~ '^[A-Za-z0-9_.:-]+$'),
   workflow         text NOT NULL,
   version          integer NOT NULL,
   input            jsonb NOT NULL,
