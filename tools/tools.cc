@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "errors/errors.h"
-#include "tools/subprocess.h"
+#include "subprocess/subprocess.h"
 
 namespace runledger::tools {
 namespace {
@@ -109,13 +109,14 @@ StepOutcome run_unsafe(const ToolsOptions& options, std::string_view tool,
       context.effect_key.find_first_of(" \t\r\n") != std::string::npos) {
     throw InvalidArgument(std::string(tool) + ": effect key must be one non-empty word");
   }
-  detail::append_line(options.effects_log,
-                      context.effect_key + " " + std::string(tool) + " " + generation + "\n");
-  const detail::ChildResult child = detail::run_child(argv,
-                                                      {{"RUNLEDGER_EFFECT_KEY", context.effect_key},
-                                                       {"RUNLEDGER_GENERATION", generation},
-                                                       {"RUNLEDGER_RUN_ID", context.run.value()}},
-                                                      sandbox, kMaxOutput);
+  subprocess::append_line(options.effects_log,
+                          context.effect_key + " " + std::string(tool) + " " + generation + "\n");
+  const subprocess::ChildResult child =
+      subprocess::run_child(argv,
+                            {{"RUNLEDGER_EFFECT_KEY", context.effect_key},
+                             {"RUNLEDGER_GENERATION", generation},
+                             {"RUNLEDGER_RUN_ID", context.run.value()}},
+                            sandbox, kMaxOutput);
   std::string output = child.output;
   if (child.truncated) {
     output += "\n[runledger: output truncated to " + std::to_string(kMaxOutput) + " bytes]";

@@ -1,4 +1,4 @@
-#include "tools/subprocess.h"
+#include "subprocess/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,7 @@
 
 extern char** environ;
 
-namespace runledger::tools::detail {
+namespace runledger::subprocess {
 namespace {
 
 [[noreturn]] void throw_errno(const std::string& what) {
@@ -162,4 +162,4 @@ void append_line(const std::filesystem::path& file, const std::string& line) {
   if (::fsync(fd.get()) != 0) throw_errno("fsync " + file.string());
 }
 
-}  // namespace runledger::tools::detail
+}  // namespace runledger::subprocess

@@ -1,4 +1,5 @@
-// Private to bot/: starting a tool's child process and appending to the effects log.
+// Child processes with captured output, and durable one-line appends: what the tools of the
+// reference bot and the local ports of the ship pipeline (git) need.
 //
 // Contract: run_child() forks, and the child (cwd `dir`, stdin /dev/null, stdout and stderr on one
 // pipe, every other descriptor closed) execs argv[0] searched on PATH with the inherited
@@ -17,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace runledger::tools::detail {
+namespace runledger::subprocess {
 
 struct ChildResult {
   bool exited;         // false: killed by a signal
@@ -32,4 +33,4 @@ ChildResult run_child(const std::vector<std::string>& argv,
 
 void append_line(const std::filesystem::path& file, const std::string& line);
 
-}  // namespace runledger::tools::detail
+}  // namespace runledger::subprocess
