@@ -18,6 +18,10 @@ int sweep(const Args& args);
 int bot(const Args& args);              // the reference bot process
 int run_coordinator(const Args& args);  // `coordinator`: the workflow executor process
 int instances(const Args& args);        // instances create | ls | show | history | send-event
+int ship_command(const Args& args);     // `ship`: start the ship pipeline for a chat message
+int threads(const Args& args);          // threads show T: a thread's outbox
+int policy(const Args& args);           // policy grant | revoke
+int merge_actor(const Args& args);      // merges approved change requests (tests, demo)
 int db_url(const Args& args);
 
 // DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws

@@ -4,11 +4,15 @@
 
 #include <climits>
 #include <csignal>
+#include <filesystem>
+#include <memory>
+#include <set>
 #include <string>
 
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/ship/ship.h"
 #include "errors/errors.h"
 #include "failpoint/failpoint.h"
 #include "migrations/migrations.h"
@@ -23,10 +27,15 @@ extern "C" void request_executor_stop(int) {
 }
 
 void check_flags(const Args& args) {
+  static const std::set<std::string> known = {"--threads",      "--lease-ms",    "--poll-ms",
+                                              "--ship-repo",    "--deploy-root", "--merge-poll-ms",
+                                              "--review-rounds"};
   for (std::size_t i = 0; i < args.size(); i += 2) {
-    if (args[i] != "--threads" && args[i] != "--lease-ms" && args[i] != "--poll-ms") {
+    if (!known.contains(args[i])) {
       throw InvalidArgument("unexpected argument '" + args[i].substr(0, 64) +
-                            "' (coordinator [--threads N] [--lease-ms N] [--poll-ms N])");
+                            "' (coordinator [--threads N] [--lease-ms N] [--poll-ms N] "
+                            "[--ship-repo BARE_REPO --deploy-root DIR [--merge-poll-ms N] "
+                            "[--review-rounds N]])");
     }
   }
 }
@@ -56,7 +65,29 @@ int run_coordinator(const Args& args) {
   failpoint::arm_from_environment();
   const std::string url = database_url();
   migrations::apply(url);
-  const coordinator::Registry registry = builtin_workflows();
+  // The ship pipeline runs here when its repository is given, on local ports.
+  pg::Pool ports_pool(url, 4);
+  ledger::Ledger ledger(ports_pool, ledger_options);
+  std::unique_ptr<ship::LocalForge> forge;
+  std::unique_ptr<ship::LocalDeployer> deployer;
+  ship::ThreadOutbox outbox(ports_pool);
+  ship::Policy policy(ports_pool);
+  std::shared_ptr<coordinator::Workflow> pipeline;
+  if (const auto repo = flag(args, "--ship-repo")) {
+    const auto deploy_root = flag(args, "--deploy-root");
+    if (!deploy_root) throw InvalidArgument("--ship-repo needs --deploy-root");
+    ship::ShipOptions ship_options;
+    ship_options.repository = std::filesystem::absolute(*repo);
+    ship_options.merge_poll = std::chrono::milliseconds(
+        positive(args, "--merge-poll-ms", int(ship_options.merge_poll.count())));
+    ship_options.review_rounds = positive(args, "--review-rounds", ship_options.review_rounds);
+    forge = std::make_unique<ship::LocalForge>(ports_pool, ship_options.repository);
+    deployer = std::make_unique<ship::LocalDeployer>(ports_pool, ship_options.repository,
+                                                     std::filesystem::absolute(*deploy_root));
+    pipeline = std::make_shared<ship::ShipWorkflow>(ship_options, *forge, *deployer, outbox, policy,
+                                                    ledger);
+  }
+  const coordinator::Registry registry = builtin_workflows(pipeline);
   coordinator::Executor executor(url, registry, executor_id(), options, ledger_options);
   running_executor = &executor;
   std::signal(SIGTERM, request_executor_stop);

@@ -27,13 +27,21 @@ constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
                             the reference bot: drives runs whose profile carries a script
                             (README); SIGTERM hands its runs off and exits 0
   coordinator [--threads N] [--lease-ms N] [--poll-ms N]
-                            run the workflow coordinator (built-in workflows, e.g.
-                            demo.approval) until SIGTERM or SIGINT
+              [--ship-repo BARE_REPO --deploy-root DIR [--merge-poll-ms N] [--review-rounds N]]
+                            run the workflow coordinator (built-in workflows: demo.approval,
+                            and ship when --ship-repo is given) until SIGTERM or SIGINT
   instances create --workflow W --id ID [--input JSON]
   instances ls [--status S] [--limit N]
   instances show ID         the instance and its steps
   instances history ID
   instances send-event ID --type T [--payload JSON] [--dedupe-key K]
+  ship --thread T --message M --requester U [--review-verdicts approve,changes,...] "request"
+                            start the ship pipeline for a chat message (once per message)
+  threads show T            the messages posted to chat thread T
+  policy grant|revoke --requester U --capability C
+  merge-actor --ship-repo BARE_REPO [--delay-ms N]
+                            merge approved change requests after a delay (stands in for a
+                            person, in tests and the demo)
   db-url                    print the database URL commands use
 
 Commands other than `up` use DATABASE_URL, or the database of a running `runledger up` started
@@ -74,6 +82,10 @@ int main(int argc, char** argv) {
       {"bot", cli::bot},
       {"coordinator", cli::run_coordinator},
       {"instances", cli::instances},
+      {"ship", cli::ship_command},
+      {"threads", cli::threads},
+      {"policy", cli::policy},
+      {"merge-actor", cli::merge_actor},
   };
   if (argc < 2 || !commands.contains(argv[1])) {
     std::fputs(kUsage, argc < 2 ? stdout : stderr);

@@ -35,7 +35,7 @@ class DemoApproval final : public coordinator::Workflow {
 
 }  // namespace
 
-coordinator::Registry builtin_workflows() {
+coordinator::Registry builtin_workflows(std::shared_ptr<coordinator::Workflow> ship) {
   coordinator::Registry registry;
   coordinator::Registration demo;
   demo.name = "demo.approval";
@@ -43,6 +43,12 @@ coordinator::Registry builtin_workflows() {
   demo.max_duration = 1h;
   demo.workflow = std::make_shared<DemoApproval>();
   registry.add(std::move(demo));
+  coordinator::Registration pipeline;
+  pipeline.name = "ship";
+  pipeline.version = 1;
+  pipeline.max_duration = std::chrono::hours(14 * 24);
+  pipeline.workflow = std::move(ship);
+  registry.add(std::move(pipeline));
   return registry;
 }
 

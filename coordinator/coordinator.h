@@ -153,6 +153,8 @@ struct Registration {
   int version = 1;
   // Invariant 10: an instance that runs longer is errored.
   std::chrono::seconds max_duration{24 * 3600};
+  // Null in a registry that only creates and reads instances (a client); an Executor runs only
+  // the registrations that have one.
   std::shared_ptr<Workflow> workflow;
 };
 
@@ -162,6 +164,8 @@ class Registry {
   void add(Registration registration);
   const Registration* find(std::string_view name) const;
   std::vector<std::string> names() const;
+  // The names of registrations with a workflow object.
+  std::vector<std::string> runnable_names() const;
 
  private:
   std::map<std::string, Registration, std::less<>> workflows_;

@@ -25,7 +25,7 @@ struct Executor::State {
         options(checked(o)),
         pool(database_url, options.threads + 2),
         ledger(pool, lo),
-        names(json(registry.names()).dump()) {}
+        names(json(registry.runnable_names()).dump()) {}
 
   static Options checked(Options o) {
     if (o.threads < 1) throw InvalidArgument("an executor needs at least one thread");
@@ -96,7 +96,9 @@ std::optional<ClaimedInstance> Executor::State::claim() {
 
 void Executor::State::replay(ClaimedInstance claimed) {
   const Registration* registration = registry.find(claimed.workflow);
-  if (!registration) throw std::logic_error("claimed an instance of an unregistered workflow");
+  if (!registration || !registration->workflow) {
+    throw std::logic_error("claimed an instance of a workflow this executor cannot run");
+  }
   const std::string instance_id = claimed.instance_id;
   const json input = std::move(claimed.input);
   const Generation generation = claimed.generation;

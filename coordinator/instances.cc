@@ -89,9 +89,7 @@ json to_json(const Instance& i) {
 }
 
 void Registry::add(Registration registration) {
-  if (registration.name.empty() || !registration.workflow) {
-    throw InvalidArgument("a workflow registration needs a name and a workflow");
-  }
+  if (registration.name.empty()) throw InvalidArgument("a workflow registration needs a name");
   if (registration.max_duration.count() <= 0) {
     throw InvalidArgument("workflow " + registration.name + ": max_duration must be positive");
   }
@@ -109,6 +107,14 @@ const Registration* Registry::find(std::string_view name) const {
 std::vector<std::string> Registry::names() const {
   std::vector<std::string> out;
   for (const auto& [name, r] : workflows_) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> Registry::runnable_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, r] : workflows_) {
+    if (r.workflow) out.push_back(name);
+  }
   return out;
 }
 

@@ -30,6 +30,8 @@ CREATE TABLE change_requests (
   body       text NOT NULL,
   state      text NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'merged', 'closed')),
   merge_sha  text,
+  -- When a review approved it (what a person merging looks for).
+  approved_at timestamptz,
   created_at timestamptz NOT NULL DEFAULT runledger_now(),
   updated_at timestamptz NOT NULL DEFAULT runledger_now(),
   CONSTRAINT merged_has_sha CHECK ((state = 'merged') = (merge_sha IS NOT NULL))

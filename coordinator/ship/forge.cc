@@ -139,4 +139,27 @@ ChangeRequest LocalForge::merge(std::int64_t id) {
   return change_from(rows[0]);
 }
 
+void LocalForge::approve(std::int64_t id) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  if (pg::exec(tx, sql::kApprove, id).empty()) {
+    const auto change = get(id);  // NotFound
+    if (change.state != ChangeState::open) {
+      throw Conflict("change request " + std::to_string(id) + " is " +
+                     std::string(to_string(change.state)));
+    }
+  }
+}
+
+std::vector<ChangeRequest> LocalForge::approved_open(std::chrono::milliseconds delay) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  std::vector<ChangeRequest> out;
+  for (const auto& row : pg::exec(tx, sql::kApprovedOpen, repository_.string(),
+                                  static_cast<std::int64_t>(delay.count()))) {
+    out.push_back(change_from(row));
+  }
+  return out;
+}
+
 }  // namespace runledger::ship

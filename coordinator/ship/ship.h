@@ -19,11 +19,14 @@
 // runs as child processes, and the ref update is atomic).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "coordinator/coordinator.h"
+#include "ledger/ledger.h"
 #include "pg/pg.h"
 
 namespace runledger::ship {
@@ -58,6 +61,8 @@ class Forge {
   virtual ChangeRequest get(std::int64_t id) = 0;  // NotFound
   // Merges the change request's branch into main; returns the recorded change (merged).
   virtual ChangeRequest merge(std::int64_t id) = 0;
+  // Records a review's approval (idempotent). Conflict when the change is no longer open.
+  virtual void approve(std::int64_t id) = 0;
 };
 
 class LocalForge final : public Forge {
@@ -71,6 +76,9 @@ class LocalForge final : public Forge {
   std::optional<ChangeRequest> find_open(const std::string& branch) override;
   ChangeRequest get(std::int64_t id) override;
   ChangeRequest merge(std::int64_t id) override;
+  void approve(std::int64_t id) override;
+  // Open change requests approved at least `delay` ago: what the merge actor merges.
+  std::vector<ChangeRequest> approved_open(std::chrono::milliseconds delay);
 
   const std::filesystem::path& repository() const { return repository_; }
 
@@ -134,5 +142,59 @@ class Policy {
  private:
   pg::Pool& pool_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// The ship workflow: from a chat request to a deployed change.
+//
+// Stages, each a step and each safe to retry: authorize (before every spawn: the requester needs
+// agent:run:coding, or agent:run:review for a review; a refusal is posted and the pipeline
+// ends), code (a coding child run pushes branch ship-<hash of the instance>), pr-check (the one
+// open change request of that branch, edited if present), review rounds (a review child returns
+// {"verdict": "approve" | "changes"}; on changes a fix child pushes again, up to review_rounds),
+// approve, merge wait (a "merged" event {"change_request": id}, else a poll of the forge every
+// merge_poll, at most merge_timeout), deploy, and a message to the thread at every stage (each
+// posted once). A child that ended other than finished, or that outlived its budget plus
+// child_wait_margin, ends the pipeline with a message naming its status.
+//
+// Children are ordinary ledger runs (depth 1) with profile {"kind", "script"}, scripts for the
+// reference bot (bot/bot.h): the coding script sets up the branch, writes SHIP.md, commits and
+// pushes, and re-checks the remote (pushing only if its commit is absent) when its push comes back
+// synthetic; the review script returns the verdict the input scripted for its round. Their budgets
+// are clipped to what remains of the pipeline's declared budget; their thread key is the chat
+// thread's plus the instance and step, so the person can keep chatting meanwhile.
+//
+// Input: {"thread", "message", "requester", "request", optional "review_verdicts": ["changes",
+// "approve", ...] (default all approve), optional "budget": {"wall_s", "max_steps"}}.
+// Output: {"status": "deployed" | "refused" | "changes_requested" | "child_<status>" |
+// "merge_timeout" | "closed", ...}.
+
+struct ShipOptions {
+  std::filesystem::path repository;  // the bare repository children push to
+  std::string main_branch = "main";
+  int review_rounds = 2;
+  std::chrono::milliseconds merge_poll{10 * 60 * 1000};
+  std::chrono::milliseconds merge_timeout{7LL * 24 * 3600 * 1000};
+  ledger::Budget pipeline_budget{4 * 3600, 400};  // when the input declares none
+  ledger::Budget child_budget{1800, 100};         // before clipping
+  std::chrono::seconds child_wait_margin{60};
+};
+
+class ShipWorkflow final : public coordinator::Workflow {
+ public:
+  ShipWorkflow(ShipOptions options, Forge& forge, Deployer& deployer, ThreadOutbox& outbox,
+               Policy& policy, ledger::Ledger& ledger);
+  coordinator::json run(const coordinator::json& input, coordinator::Step& step) override;
+
+ private:
+  ShipOptions options_;
+  Forge& forge_;
+  Deployer& deployer_;
+  ThreadOutbox& outbox_;
+  Policy& policy_;
+  ledger::Ledger& ledger_;
+};
+
+// The instance id of the pipeline a chat message starts: the same message never starts two.
+std::string ship_instance_id(const std::string& thread, const std::string& message);
 
 }  // namespace runledger::ship

@@ -35,6 +35,19 @@ inline constexpr pg::Statement kRecordMerge{
     "UPDATE change_requests SET state = 'merged', merge_sha = $2, updated_at = runledger_now() "
     "WHERE id = $1 AND state = 'open' RETURNING " RUNLEDGER_CHANGE_COLUMNS};
 
+inline constexpr pg::Statement kApprove{
+    "ship_approve",
+    "UPDATE change_requests SET approved_at = coalesce(approved_at, runledger_now()), "
+    "updated_at = runledger_now() WHERE id = $1 AND state = 'open' RETURNING id"};
+
+// Open change requests of repository $1 approved at least $2 ms ago, oldest first.
+inline constexpr pg::Statement kApprovedOpen{
+    "ship_approved_open",
+    "SELECT " RUNLEDGER_CHANGE_COLUMNS
+    " FROM change_requests WHERE repository = $1 AND state = 'open' "
+    "AND approved_at <= runledger_now() - make_interval(secs => $2::bigint / 1000.0) "
+    "ORDER BY approved_at"};
+
 inline constexpr pg::Statement kRecordDeploy{
     "ship_record_deploy",
     "INSERT INTO deploys (deploy_key, sha, path) VALUES ($1, $2, $3) "
