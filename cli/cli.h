@@ -1,6 +1,7 @@
 // The runledger command line: one executable, one function per subcommand. Private to cli/.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,13 @@ int ship_command(const Args& args);     // `ship`: start the ship pipeline for a
 int threads(const Args& args);          // threads show T: a thread's outbox
 int policy(const Args& args);           // policy grant | revoke
 int merge_actor(const Args& args);      // merges approved change requests (tests, demo)
+int demo(const Args& args);             // `up`'s first-start demo (once per database)
+// The demo's places under `up`'s root, and whether this database has shown it.
+std::filesystem::path demo_repository(const std::filesystem::path& root);
+std::filesystem::path demo_deploy_root(const std::filesystem::path& root);
+bool demo_shown(const std::string& database_url);
+// Creates the demo's bare repository (with one commit on main) unless it exists.
+void prepare_demo_repository(const std::filesystem::path& root);
 int db_url(const Args& args);
 
 // DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws

@@ -12,8 +12,11 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
 
-  up [--root DIR]           start the embedded PostgreSQL (unless DATABASE_URL is set), migrate,
-                            and supervise the service until Ctrl-C
+  up [--root DIR] [--no-demo]
+                            start the embedded PostgreSQL (unless DATABASE_URL is set), migrate,
+                            and supervise the service, a coordinator running ship, bot-1 and a
+                            merge actor until Ctrl-C; the first start of a database runs the demo
+  demo --root DIR           the first-start demo: a chat request shipped end to end (once)
   service                   run the service against DATABASE_URL (started by `up`)
   migrate                   apply pending migrations
   dispatch --key K --thread T --requester R [--profile JSON] [--wall-s N] [--max-steps N]
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
       {"threads", cli::threads},
       {"policy", cli::policy},
       {"merge-actor", cli::merge_actor},
+      {"demo", cli::demo},
   };
   if (argc < 2 || !commands.contains(argv[1])) {
     std::fputs(kUsage, argc < 2 ? stdout : stderr);

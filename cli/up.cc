@@ -1,12 +1,14 @@
 // `runledger up`: the foreground supervisor. It owns the embedded cluster (unless DATABASE_URL
-// points elsewhere) and every process it starts; those die with it (PR_SET_PDEATHSIG), and
-// Ctrl-C or SIGTERM stops them all, then the cluster.
+// points elsewhere) and every process it starts (service, coordinator, bot-1, merge actor, and
+// once per database the first-start demo); those die with it (PR_SET_PDEATHSIG), and Ctrl-C or
+// SIGTERM stops them all, then the cluster.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +22,8 @@ namespace runledger::cli {
 namespace {
 
 pid_t start_child(const std::vector<std::string>& argv, const std::string& url,
-                  const sigset_t& original_mask) {
+                  const sigset_t& original_mask,
+                  const std::vector<std::pair<std::string, std::string>>& env = {}) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;
@@ -29,6 +32,7 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& url,
   if (getppid() != parent) _exit(1);
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
   setenv("DATABASE_URL", url.c_str(), 1);
+  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -76,15 +80,40 @@ int up(const Args& args) {
   }
   migrations::apply(url);  // logs what it applies
 
-  // Each child is restarted when it exits, with a backoff of its own.
+  // The processes of a working installation: the service, a coordinator running the ship
+  // pipeline on a local repository, a bot, and the merge actor standing in for the person who
+  // merges. On a database that has not shown it yet, the first-start demo ships a chat request
+  // through them, with bot-1 armed to SIGKILL itself right after the coding child's push (the
+  // restart below reclaims the run); `--no-demo` skips it.
+  const bool no_demo = std::find(args.begin(), args.end(), "--no-demo") != args.end();
+  const std::filesystem::path ship_root =
+      root_flag ? std::filesystem::absolute(root) : std::filesystem::current_path() / ".runledger";
+  prepare_demo_repository(ship_root);
+  const bool demo = !no_demo && !demo_shown(url);
+  // Each child is restarted when it exits, with a backoff of its own, except one-shot ones;
+  // `first_env` applies to its first start only.
   struct Child {
     std::vector<std::string> argv;
+    bool restart = true;
+    std::vector<std::pair<std::string, std::string>> first_env = {};
     pid_t pid = -1;
     std::chrono::seconds backoff{1};
   };
-  std::vector<Child> children = {{{"runledger", "service"}}, {{"runledger", "coordinator"}}};
+  const std::string repo = demo_repository(ship_root).string();
+  std::vector<Child> children = {
+      {{"runledger", "service"}},
+      {{"runledger", "coordinator", "--ship-repo", repo, "--deploy-root",
+        demo_deploy_root(ship_root).string(), "--merge-poll-ms", "2000"}},
+      {{"runledger", "bot", "--slot", "bot-1", "--work-dir", (ship_root / "bot-1").string()},
+       true,
+       demo ? std::vector<std::pair<std::string, std::string>>{{"RUNLEDGER_FAILPOINTS",
+                                                                "bot.after_effect=kill@4"}}
+            : std::vector<std::pair<std::string, std::string>>{}},
+      {{"runledger", "merge-actor", "--ship-repo", repo, "--delay-ms", "1000"}},
+  };
+  if (demo) children.push_back({{"runledger", "demo", "--root", ship_root.string()}, false});
   for (auto& c : children) {
-    c.pid = start_child(c.argv, url, original);
+    c.pid = start_child(c.argv, url, original, c.first_env);
     spdlog::info("supervising {} (pid {})", c.argv[1], c.pid);
   }
   spdlog::info("Ctrl-C stops everything");
@@ -99,6 +128,10 @@ int up(const Args& args) {
       if (done < 0) break;
       for (auto& c : children) {
         if (c.pid != done) continue;
+        if (!c.restart) {
+          c.pid = -1;
+          continue;
+        }
         spdlog::warn("{} exited ({}); restarting in {} s", c.argv[1],
                      WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
                                        : "signal " + std::to_string(WTERMSIG(status)),
@@ -111,9 +144,12 @@ int up(const Args& args) {
   }
 
   spdlog::info("stopping");
-  for (const auto& c : children) kill(c.pid, SIGTERM);
+  for (const auto& c : children) {
+    if (c.pid > 0) kill(c.pid, SIGTERM);
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   for (const auto& c : children) {
+    if (c.pid <= 0) continue;
     int status = 0;
     while (waitpid(c.pid, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > deadline) {

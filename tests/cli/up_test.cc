@@ -19,9 +19,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-pid_t spawn_up(const fs::path& root) {
-  return testing::spawn(RUNLEDGER_BINARY, {"up", "--root", root.string()},
-                        {{"DATABASE_URL", std::nullopt}});
+pid_t spawn_up(const fs::path& root, bool demo = false) {
+  std::vector<std::string> args = {"up", "--root", root.string()};
+  if (!demo) args.push_back("--no-demo");
+  return testing::spawn(RUNLEDGER_BINARY, args, {{"DATABASE_URL", std::nullopt}});
 }
 
 // The URL `up` publishes once the database is up and migrated, or "" after `timeout`.
@@ -118,4 +119,36 @@ TEST_CASE("up survives a kill -9 of its predecessor, keeps the data, and stops c
   CHECK(wait_exit(second, 60s) == 0);
   CHECK(processes_mentioning(pgdata) == 0);
   CHECK_FALSE(fs::exists(root.path / "database_url"));
+}
+
+TEST_CASE("up's first start ships a chat request end to end through a bot killed on the way") {
+  Root root;
+  const pid_t up = spawn_up(root.path, /*demo=*/true);
+  const std::string url = wait_for_database(root.path, 90s);
+  REQUIRE_FALSE(url.empty());
+  pqxx::connection conn(url);
+  const auto shown = [&] {
+    try {
+      return pqxx::nontransaction(conn)
+                 .exec("SELECT count(*) FROM runledger_markers WHERE name = 'demo.ship'")[0][0]
+                 .as<int>() == 1;
+    } catch (const pqxx::sql_error&) {
+      return false;  // up is still migrating
+    }
+  };
+  const auto until = std::chrono::steady_clock::now() + 240s;
+  while (!shown() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(200ms);
+  REQUIRE(shown());
+  pqxx::nontransaction tx(conn);
+  CHECK(
+      tx.exec("SELECT status FROM wf_instances WHERE workflow = 'ship'")[0][0].as<std::string>() ==
+      "complete");
+  // The bot really died after the push and the run was taken over and settled.
+  CHECK(tx.exec("SELECT count(*) FROM run_steps WHERE tool = 'git_push' "
+                "AND settlement->>'rule' = 'synthetic_unsafe'")[0][0]
+            .as<int>() == 1);
+  CHECK(tx.exec("SELECT max(takeovers) FROM live_runs")[0][0].as<int>() >= 1);
+  CHECK(tx.exec("SELECT count(*) FROM deploys")[0][0].as<int>() == 1);
+  kill(up, SIGINT);
+  CHECK(wait_exit(up, 60s) == 0);
 }
