@@ -220,6 +220,24 @@ TEST_CASE("ship: an unauthorized requester gets a named refusal and no child") {
   CHECK(std::string(refusal[0][0].c_str()).find("agent:run:coding") != std::string::npos);
 }
 
+TEST_CASE("ship: a child that fails (its budget clipped to the pipeline's) stops the pipeline") {
+  Pipeline p;
+  p.grant("alice");
+  p.start("bot");
+  p.start("coordinator");
+  // The pipeline declares 2 steps in all: the coding child (4 tool calls) runs out of budget.
+  REQUIRE(p.cli({"instances", "create", "--workflow", "ship", "--id", "ship:T1:M2", "--input",
+                 R"({"thread": "T1", "message": "M2", "requester": "alice", "request": "x",
+                     "budget": {"wall_s": 600, "max_steps": 2}})"}) == 0);
+  REQUIRE(p.wait_until([&] { return p.finished(); }));
+  CHECK(json::parse(p.instance_field("output"))["status"] == "child_failed");
+  CHECK(p.sql("SELECT count(*) FROM change_requests")[0][0].as<int>() == 0);
+  CHECK(
+      p.sql(
+           "SELECT count(*) FROM thread_messages WHERE body LIKE 'A child run ended failed%'")[0][0]
+          .as<int>() == 1);
+}
+
 TEST_CASE("ship: the bot killed after the push's intent, and after the push, never pushes twice") {
   for (const std::string failpoint : {"bot.after_intent=kill@4", "bot.after_effect=kill@4"}) {
     DYNAMIC_SECTION(failpoint) {
