@@ -17,7 +17,8 @@ namespace {
 
 using coordinator::json;
 
-constexpr const char* kVerbs = "create, ls, show, history, send-event";
+constexpr const char* kVerbs =
+    "create, ls, show, history, send-event, pause, resume, terminate, restart";
 
 // The arguments after the verb: positionals, and `--name value` pairs from `allowed`.
 struct Parsed {
@@ -167,6 +168,27 @@ int instances(const Args& args) {
            {"type", type},
            {"dedupe_key", dedupe_key},
            {"new", is_new}});
+    return 0;
+  }
+  if (verb == "pause" || verb == "resume" || verb == "terminate") {
+    const auto p = parse(args, verb, {"--by"}, 1, verb + " ID --by NAME");
+    const std::string by = p.required("--by");
+    Session s;
+    if (verb == "pause") s.client.pause(p.positional[0], by);
+    if (verb == "resume") s.client.resume(p.positional[0], by);
+    if (verb == "terminate") s.client.terminate(p.positional[0], by);
+    print(coordinator::to_json(s.client.get(p.positional[0])));
+    return 0;
+  }
+  if (verb == "restart") {
+    const auto p =
+        parse(args, verb, {"--step", "--by"}, 1, "restart ID --step NAME#COUNT --by NAME");
+    Session s;
+    const int discarded =
+        s.client.restart(p.positional[0], p.required("--step"), p.required("--by"));
+    json out = coordinator::to_json(s.client.get(p.positional[0]));
+    out["discarded_steps"] = discarded;
+    print(out);
     return 0;
   }
   throw InvalidArgument("unknown instances command '" + verb.substr(0, 64) + "' (" + kVerbs + ")");

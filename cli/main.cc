@@ -38,6 +38,9 @@ constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
   instances show ID         the instance and its steps
   instances history ID
   instances send-event ID --type T [--payload JSON] [--dedupe-key K]
+  instances pause|resume|terminate ID --by NAME
+  instances restart ID --step NAME#COUNT --by NAME
+                            operator actions, each in the instance's history with NAME
   ship --thread T --message M --requester U [--review-verdicts approve,changes,...] "request"
                             start the ship pipeline for a chat message (once per message)
   threads show T            the messages posted to chat thread T

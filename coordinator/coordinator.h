@@ -27,6 +27,9 @@
 //    it, and a refused write stops that replay (FencedError). An instance past its maximum
 //    duration is errored, naming the step it was in.
 //  - All deadlines are on the database clock (runledger_now(): tests move it forward).
+//  - An executor runs an instance only on the version it was created with; an instance of a
+//    version no executor registers stays queued or waiting, visibly, instead of running against
+//    other code.
 //  - Every write of the engine is one statement (one commit); a completed step costs one.
 //
 // Thread-safety: Registry is immutable once an Executor or Coordinator uses it. Coordinator is
@@ -248,6 +251,21 @@ class Coordinator {
   std::vector<Instance> list(std::optional<InstanceStatus> status, int limit);
   std::vector<StepRecord> steps(const std::string& instance_id);
   std::vector<HistoryEntry> history(const std::string& instance_id);
+
+  // Operator actions, each recorded in the history with `by`. Each takes the instance away from
+  // an executor holding it (its next write is refused). NotFound for an unknown instance;
+  // Conflict when its status does not allow the action.
+  // queued | running | waiting -> paused.
+  void pause(const std::string& instance_id, const std::string& by);
+  // paused -> queued (due at once).
+  void resume(const std::string& instance_id, const std::string& by);
+  // any unfinished status -> terminated (compensations are not built yet).
+  void terminate(const std::string& instance_id, const std::string& by);
+  // Discards step `step_key` (name#count) and every step recorded after it, and queues the
+  // instance (whatever its status) with a fresh deadline: those steps run again, earlier ones
+  // are reused. Spawns after a restart dispatch new children. Returns the number of steps
+  // discarded. NotFound when the instance has no such step.
+  int restart(const std::string& instance_id, const std::string& step_key, const std::string& by);
 
  private:
   pg::Pool& pool_;

@@ -25,7 +25,17 @@ struct Executor::State {
         options(checked(o)),
         pool(database_url, options.threads + 2),
         ledger(pool, lo),
-        names(json(registry.runnable_names()).dump()) {}
+        names(runnable(registry)) {}
+
+  // {name, version} of each workflow this executor runs: an instance started on another version
+  // is left for an executor that has it (it stays visible, queued or waiting).
+  static std::string runnable(const Registry& registry) {
+    json out = json::array();
+    for (const auto& name : registry.runnable_names()) {
+      out.push_back({{"name", name}, {"version", registry.find(name)->version}});
+    }
+    return out.dump();
+  }
 
   static Options checked(Options o) {
     if (o.threads < 1) throw InvalidArgument("an executor needs at least one thread");
@@ -49,7 +59,7 @@ struct Executor::State {
   Options options;
   pg::Pool pool;
   ledger::Ledger ledger;
-  std::string names;  // JSON array of the registered workflows' names
+  std::string names;  // JSON array of the runnable workflows' {name, version}
 
   std::atomic<bool> stop{false};
   std::mutex mu;
@@ -88,8 +98,9 @@ std::optional<ClaimedInstance> Executor::State::claim() {
   c.input = json_from(row[3]);
   c.generation = Generation(row[4].as<std::int64_t>());
   c.event_seq = row[5].as<std::int64_t>();
-  c.deadline_in_ms = row[6].as<std::int64_t>();
-  const json steps = json_from(row[7]);
+  c.restarts = row[6].as<int>();
+  c.deadline_in_ms = row[7].as<std::int64_t>();
+  const json steps = json_from(row[8]);
   for (const auto& s : steps) c.steps[s["step_key"].get<std::string>()] = s;
   return c;
 }

@@ -204,4 +204,53 @@ std::vector<HistoryEntry> Coordinator::history(const std::string& instance_id) {
   return out;
 }
 
+namespace {
+
+void require_action(pg::Pool& pool, const pg::Statement& statement, const std::string& instance_id,
+                    const std::string& by, std::string_view action) {
+  check_key(by, "by");
+  auto conn = pool.acquire();
+  pqxx::nontransaction tx(*conn);
+  if (!pg::exec(tx, statement, instance_id, by).empty()) return;
+  const auto rows = pg::exec(tx, sql::kGet, instance_id);
+  if (rows.empty()) {
+    throw NotFound("instance " + instance_id + " does not exist", {{"instance_id", instance_id}});
+  }
+  const auto instance = instance_from_row(rows[0]);
+  throw Conflict("cannot " + std::string(action) + " instance " + instance_id + ": it is " +
+                     std::string(to_string(instance.status)),
+                 {{"instance_id", instance_id}, {"status", to_string(instance.status)}});
+}
+
+}  // namespace
+
+void Coordinator::pause(const std::string& instance_id, const std::string& by) {
+  require_action(pool_, sql::kPause, instance_id, by, "pause");
+}
+
+void Coordinator::resume(const std::string& instance_id, const std::string& by) {
+  require_action(pool_, sql::kResume, instance_id, by, "resume");
+}
+
+void Coordinator::terminate(const std::string& instance_id, const std::string& by) {
+  require_action(pool_, sql::kTerminate, instance_id, by, "terminate");
+}
+
+int Coordinator::restart(const std::string& instance_id, const std::string& step_key,
+                         const std::string& by) {
+  check_key(by, "by");
+  pqxx::result rows;
+  {
+    auto conn = pool_.acquire();
+    pqxx::nontransaction tx(*conn);
+    rows = pg::exec(tx, sql::kRestart, instance_id, by, step_key);
+  }
+  if (rows.empty()) {
+    get(instance_id);  // NotFound for the instance itself
+    throw NotFound("instance " + instance_id + " has no step " + step_key,
+                   {{"instance_id", instance_id}, {"step_key", step_key}});
+  }
+  return rows[0][0].as<int>();
+}
+
 }  // namespace runledger::coordinator

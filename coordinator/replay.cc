@@ -110,10 +110,14 @@ BodyOutcome run_body(const StepConfig& config, const std::function<json(std::sto
   return out;
 }
 
-std::string child_dispatch_key(const std::string& instance_id, const std::string& step_key) {
-  std::string key = "wf:" + instance_id + ":" + step_key;
+std::string child_dispatch_key(const std::string& instance_id, const std::string& step_key,
+                               int restarts) {
+  // After a restart the same step key names a new child, not the one the discarded step had.
+  const std::string restarted = restarts > 0 ? ":r" + std::to_string(restarts) : "";
+  std::string key = "wf:" + instance_id + ":" + step_key + restarted;
   if (key.size() <= 255) return key;
-  return "wf:" + digest::hex(digest::Sha256().update(instance_id + ":" + step_key).finish());
+  return "wf:" +
+         digest::hex(digest::Sha256().update(instance_id + ":" + step_key + restarted).finish());
 }
 
 }  // namespace
@@ -375,7 +379,7 @@ RunId Replay::spawn(std::string_view name, ledger::DispatchRequest request) {
     }
   }
   check_deadline(key);
-  request.dispatch_key = child_dispatch_key(claimed_.instance_id, key);
+  request.dispatch_key = child_dispatch_key(claimed_.instance_id, key, claimed_.restarts);
   request.parent_instance = claimed_.instance_id;
   const json config = {{"dispatch_key", request.dispatch_key},
                        {"thread_key", request.thread_key},

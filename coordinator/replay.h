@@ -22,6 +22,7 @@ struct ClaimedInstance {
   json input;
   Generation generation{0};
   std::int64_t event_seq = 0;
+  int restarts = 0;                 // operator restarts so far: part of keys derived from a step
   std::int64_t deadline_in_ms = 0;  // on the database clock, at the claim
   // Step key -> {kind, state, attempts, config, output, error, due_in_ms}.
   std::map<std::string, json> steps;

@@ -66,15 +66,17 @@ inline constexpr pg::Statement kSendEvent{
 inline constexpr pg::Statement kExists{"wf_exists",
                                        "SELECT 1 FROM wf_instances WHERE instance_id = $1"};
 
-// Claims the oldest due instance of workflows $2 (a JSON array of names) for executor $1 with a
-// lease of $3 ms. Returns the instance, the event count, the time left to its deadline, and its
-// step record with each step's time left until due (ms on the database clock; NULL: no due time).
+// Claims the oldest due instance of workflows $2 (a JSON array of {name, version}) for executor $1
+// with a lease of $3 ms. Returns the instance, the event count, the time left to its deadline, and
+// its step record with each step's time left until due (ms on the database clock; NULL: no due
+// time).
 inline constexpr pg::Statement kClaim{
     "wf_claim",
     "WITH picked AS (SELECT instance_id, status AS was FROM wf_instances "
     "  WHERE status IN ('queued', 'waiting', 'running') AND " RUNLEDGER_WF_DUE
     " <= runledger_now() "
-    "    AND workflow = ANY(ARRAY(SELECT jsonb_array_elements_text($2::jsonb))) "
+    "    AND EXISTS (SELECT 1 FROM jsonb_to_recordset($2::jsonb) AS w(name text, version int) "
+    "      WHERE w.name = workflow AND w.version = wf_instances.version) "
     "  ORDER BY " RUNLEDGER_WF_DUE
     " LIMIT 1 FOR UPDATE SKIP LOCKED), "
     "claimed AS (UPDATE wf_instances i SET status = 'running', generation = i.generation + 1, "
@@ -83,12 +85,13 @@ inline constexpr pg::Statement kClaim{
     "    wake_at = NULL, updated_at = runledger_now() "
     "  FROM picked WHERE i.instance_id = picked.instance_id "
     "  RETURNING i.instance_id, i.workflow, i.version, i.input, i.generation, i.event_seq, "
+    "    i.restarts, "
     "    (extract(epoch FROM i.deadline_at - runledger_now()) * 1000)::bigint AS deadline_in_ms, "
     "    picked.was), "
     "h AS (INSERT INTO wf_history (instance_id, generation, what, detail) "
     "  SELECT instance_id, generation, 'taken over', jsonb_build_object('executor', $1::text) "
     "  FROM claimed WHERE was = 'running') "
-    "SELECT c.instance_id, c.workflow, c.version, c.input, c.generation, c.event_seq, "
+    "SELECT c.instance_id, c.workflow, c.version, c.input, c.generation, c.event_seq, c.restarts, "
     "  c.deadline_in_ms, "
     "  (SELECT coalesce(jsonb_agg(jsonb_build_object('step_key', s.step_key, 'kind', s.kind, "
     "     'state', s.state, 'attempts', s.attempts, 'config', s.config, 'output', s.output, "
@@ -100,10 +103,12 @@ inline constexpr pg::Statement kClaim{
 
 // The earliest due time of a workflow in $1, as milliseconds from now (negative: overdue).
 inline constexpr pg::Statement kNextDue{
-    "wf_next_due", "SELECT (extract(epoch FROM min(" RUNLEDGER_WF_DUE
-                   ") - runledger_now()) * 1000)::bigint "
-                   "FROM wf_instances WHERE status IN ('queued', 'waiting', 'running') "
-                   "  AND workflow = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))"};
+    "wf_next_due",
+    "SELECT (extract(epoch FROM min(" RUNLEDGER_WF_DUE
+    ") - runledger_now()) * 1000)::bigint "
+    "FROM wf_instances WHERE status IN ('queued', 'waiting', 'running') "
+    "  AND EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(name text, version int) "
+    "    WHERE w.name = workflow AND w.version = wf_instances.version)"};
 
 // Records a step's terminal or pending state: $3 key, $4 kind, $5 config, $6 state, $7 attempts,
 // $8 output, $9 error, $10 due in ms from now (NULL: none), $11 history `what`, $12 detail.
@@ -212,5 +217,54 @@ inline constexpr pg::Statement kHeartbeat{
 // The instance's current generation and status, to tell a fenced write from a conflict.
 inline constexpr pg::Statement kGeneration{
     "wf_generation", "SELECT generation, status FROM wf_instances WHERE instance_id = $1"};
+
+// Operator actions: $1 instance, $2 who. Each bumps the generation (the executor holding the
+// instance is fenced out at its next write) and records itself in the history.
+#define RUNLEDGER_WF_OPERATOR_HISTORY(WHAT)                               \
+  "h AS (INSERT INTO wf_history (instance_id, generation, what, detail) " \
+  "  SELECT instance_id, generation, '" WHAT                              \
+  "', jsonb_build_object('by', $2::text) "                                \
+  "  FROM i) SELECT 1 FROM i"
+
+inline constexpr pg::Statement kPause{
+    "wf_pause",
+    "WITH i AS (UPDATE wf_instances SET status = 'paused', generation = generation + 1, "
+    "    owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = runledger_now() "
+    "  WHERE instance_id = $1 AND status IN ('queued', 'running', 'waiting') "
+    "  RETURNING instance_id, generation), " RUNLEDGER_WF_OPERATOR_HISTORY("paused")};
+
+// Back to queued: due at once; the replay finds what it was waiting for again.
+inline constexpr pg::Statement kResume{
+    "wf_resume",
+    "WITH i AS (UPDATE wf_instances SET status = 'queued', updated_at = runledger_now() "
+    "  WHERE instance_id = $1 AND status = 'paused' RETURNING instance_id, "
+    "generation), " RUNLEDGER_WF_OPERATOR_HISTORY("resumed")};
+
+inline constexpr pg::Statement kTerminate{
+    "wf_terminate",
+    "WITH i AS (UPDATE wf_instances SET status = 'terminated', generation = generation + 1, "
+    "    owner = NULL, lease_expires_at = NULL, wake_at = NULL, finished_at = runledger_now(), "
+    "    updated_at = runledger_now() "
+    "  WHERE instance_id = $1 AND status IN ('queued', 'running', 'waiting', 'paused') "
+    "  RETURNING instance_id, generation), " RUNLEDGER_WF_OPERATOR_HISTORY("terminated")};
+
+// Restart from step $3: discards it and every step recorded after it, queues the instance with
+// a fresh deadline of the same length, and counts the restart. No row when the step is unknown.
+inline constexpr pg::Statement kRestart{
+    "wf_restart",
+    "WITH target AS (SELECT recorded_seq FROM wf_steps WHERE instance_id = $1 AND step_key = $3), "
+    "del AS (DELETE FROM wf_steps s USING target WHERE s.instance_id = $1 "
+    "  AND s.recorded_seq >= target.recorded_seq RETURNING s.step_key), "
+    "i AS (UPDATE wf_instances SET status = 'queued', generation = generation + 1, "
+    "    restarts = restarts + 1, owner = NULL, lease_expires_at = NULL, wake_at = NULL, "
+    "    output = NULL, error = NULL, finished_at = NULL, current_step = NULL, "
+    "    deadline_at = runledger_now() + (deadline_at - created_at), "
+    "    updated_at = runledger_now() "
+    "  WHERE instance_id = $1 AND EXISTS (SELECT 1 FROM target) "
+    "  RETURNING instance_id, generation), "
+    "h AS (INSERT INTO wf_history (instance_id, generation, what, step_key, detail) "
+    "  SELECT instance_id, generation, 'restarted', $3, jsonb_build_object('by', $2::text, "
+    "    'discarded', (SELECT count(*) FROM del)) FROM i) "
+    "SELECT (SELECT count(*) FROM del) FROM i"};
 
 }  // namespace runledger::coordinator::sql
