@@ -103,7 +103,7 @@ int up(const Args& args) {
   std::vector<Child> children = {
       {{"runledger", "service"}},
       {{"runledger", "coordinator", "--ship-repo", repo, "--deploy-root",
-        demo_deploy_root(ship_root).string(), "--merge-poll-ms", "2000"}},
+        demo_deploy_root(ship_root).string(), "--merge-poll-ms", "5000"}},
       {{"runledger", "bot", "--slot", "bot-1", "--work-dir", (ship_root / "bot-1").string()},
        true,
        demo ? std::vector<std::pair<std::string, std::string>>{{"RUNLEDGER_FAILPOINTS",

@@ -152,9 +152,9 @@ class Policy {
 // open change request of that branch, edited if present), review rounds (a review child returns
 // {"verdict": "approve" | "changes"}; on changes a fix child pushes again, up to review_rounds),
 // approve, merge wait (a "merged" event {"change_request": id}, else a poll of the forge every
-// merge_poll, at most merge_timeout), deploy, and a message to the thread at every stage (each
-// posted once). A child that ended other than finished, or that outlived its budget plus
-// child_wait_margin, ends the pipeline with a message naming its status.
+// merge_poll, at most merge_timeout and max_merge_polls polls), deploy, and a message to the thread
+// at every stage (each posted once). A child that ended other than finished, or that outlived its
+// budget plus child_wait_margin, ends the pipeline with a message naming its status.
 //
 // Children are ordinary ledger runs (depth 1) with profile {"kind", "script"}, scripts for the
 // reference bot (bot/bot.h): the coding script sets up the branch, writes SHIP.md, commits and
@@ -174,6 +174,9 @@ struct ShipOptions {
   int review_rounds = 2;
   std::chrono::milliseconds merge_poll{10 * 60 * 1000};
   std::chrono::milliseconds merge_timeout{7LL * 24 * 3600 * 1000};
+  // Each poll is two steps of an execution capped at 10,000 (coordinator::Options::max_steps):
+  // the merge wait ends after min(merge_timeout / merge_poll, max_merge_polls) polls.
+  int max_merge_polls = 4000;
   ledger::Budget pipeline_budget{4 * 3600, 400};  // when the input declares none
   ledger::Budget child_budget{1800, 100};         // before clipping
   std::chrono::seconds child_wait_margin{60};

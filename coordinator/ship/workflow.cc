@@ -180,7 +180,8 @@ class Pipeline {
     say("approved",
         "Change request #" + std::to_string(change) + " is approved; waiting for it to be merged.");
     std::string sha;
-    const auto polls = std::max<std::int64_t>(1, o_.merge_timeout / o_.merge_poll);
+    const auto polls =
+        std::clamp<std::int64_t>(o_.merge_timeout / o_.merge_poll, 1, o_.max_merge_polls);
     for (std::int64_t i = 0; i < polls && sha.empty(); ++i) {
       try {
         const json merged =
@@ -319,8 +320,9 @@ ShipWorkflow::ShipWorkflow(ShipOptions options, Forge& forge, Deployer& deployer
       policy_(policy),
       ledger_(ledger) {
   if (options_.review_rounds < 1 || options_.merge_poll.count() <= 0 ||
-      options_.merge_timeout.count() <= 0) {
-    throw InvalidArgument("ship: review_rounds, merge_poll and merge_timeout must be positive");
+      options_.merge_timeout.count() <= 0 || options_.max_merge_polls < 1) {
+    throw InvalidArgument(
+        "ship: review_rounds, merge_poll, merge_timeout and max_merge_polls must be positive");
   }
 }
 
