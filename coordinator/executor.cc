@@ -139,6 +139,17 @@ void Executor::State::replay(ClaimedInstance claimed) {
   } catch (const FencedError& e) {
     spdlog::warn("coordinator {}: {}", id, e.what());
     return;
+  } catch (const pqxx::broken_connection& e) {
+    // The database, not the workflow, failed: leave the instance to its lease's expiry and the
+    // next claim, instead of recording an error that is not the workflow's.
+    spdlog::warn("coordinator {}: instance {}: {}", id, instance_id, e.what());
+    return;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::unavailable) {
+      spdlog::warn("coordinator {}: instance {}: {}", id, instance_id, e.what());
+      return;
+    }
+    error = {{"message", e.what()}, {"step", replay.current_step()}, {"kind", "workflow"}};
   } catch (const StepError& e) {
     error = {{"message", e.what()}, {"step", e.step_key()}, {"kind", e.kind()}};
   } catch (const NonDeterminism& e) {
