@@ -20,7 +20,8 @@ using coordinator::json;
 constexpr const char* kVerbs =
     "create, ls, show, history, send-event, pause, resume, terminate, restart";
 
-// The arguments after the verb: positionals, and `--name value` pairs from `allowed`.
+// The arguments after the verb: positionals, `--name value` pairs from `allowed`, and bare
+// `--name` switches from `switches` (stored as "true").
 struct Parsed {
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;
@@ -37,11 +38,14 @@ struct Parsed {
 };
 
 Parsed parse(const Args& args, const std::string& verb, const std::set<std::string>& allowed,
-             std::size_t positionals, const std::string& usage) {
+             std::size_t positionals, const std::string& usage,
+             const std::set<std::string>& switches = {}) {
   Parsed out;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a.starts_with("--")) {
+    if (switches.contains(a)) {
+      if (!out.flags.emplace(a, "true").second) throw InvalidArgument(a + " given twice");
+    } else if (a.starts_with("--")) {
       if (!allowed.contains(a)) {
         throw InvalidArgument("instances " + verb + ": unknown option '" + a.substr(0, 64) +
                               "' (usage: instances " + usage + ")");
@@ -171,12 +175,15 @@ int instances(const Args& args) {
     return 0;
   }
   if (verb == "pause" || verb == "resume" || verb == "terminate") {
-    const auto p = parse(args, verb, {"--by"}, 1, verb + " ID --by NAME");
+    const bool terminate = verb == "terminate";
+    const auto p =
+        parse(args, verb, {"--by"}, 1, verb + " ID --by NAME" + (terminate ? " [--rollback]" : ""),
+              terminate ? std::set<std::string>{"--rollback"} : std::set<std::string>{});
     const std::string by = p.required("--by");
     Session s;
     if (verb == "pause") s.client.pause(p.positional[0], by);
     if (verb == "resume") s.client.resume(p.positional[0], by);
-    if (verb == "terminate") s.client.terminate(p.positional[0], by);
+    if (terminate) s.client.terminate(p.positional[0], by, p.get("--rollback").has_value());
     print(coordinator::to_json(s.client.get(p.positional[0])));
     return 0;
   }

@@ -39,6 +39,8 @@ constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
   instances history ID
   instances send-event ID --type T [--payload JSON] [--dedupe-key K]
   instances pause|resume|terminate ID --by NAME
+  instances terminate ID --by NAME --rollback
+                            run the compensations of its succeeded steps first
   instances restart ID --step NAME#COUNT --by NAME
                             operator actions, each in the instance's history with NAME
   ship --thread T --message M --requester U [--review-verdicts approve,changes,...] "request"

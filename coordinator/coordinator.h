@@ -17,6 +17,19 @@
 //    oldest unconsumed event of that type whose payload contains `match`; events sent before
 //    the wait exists are kept until one takes them, and each is taken by exactly one wait. A
 //    wait's timeout is its final error (EventTimeout), re-thrown on replay (invariant 10).
+//  - all() runs branches side by side, each on its own thread with its own Step, whose keys are
+//    "<name>#<count>/<branch>/<key>" (a deterministic identity per branch). Every branch is
+//    driven as far as it can go; the call returns once all have ended, with their values in
+//    order, or re-throws the error of the lowest-numbered failed branch. While a branch waits the
+//    instance waits, as for any step.
+//  - wait_any() takes the oldest unconsumed event matching any of its alternatives, in one
+//    statement: the wait that wins is recorded with the event and the others are cancelled with
+//    it, so an event that arrives later for them stays buffered for a later wait.
+//  - Compensation: a run step may name a compensation handler (registered by name at startup).
+//    When the instance fails, or is terminated with rollback, the handlers of its succeeded steps
+//    run in reverse record order, each attempt journaled and retried like a step, each handler run
+//    to success exactly once in the record. A handler no longer registered, or one that fails
+//    finally, stops the rollback, and the instance's error names it.
 //  - spawn() dispatches a child run with dispatch key "wf:<instance>:<step key>" and the
 //    instance as its parent: a repeated spawn finds the same child, and the child's terminal
 //    record delivers a "run-finished" event ({run_id, status, result}) to the instance.
@@ -115,6 +128,9 @@ struct StepConfig {
   Backoff backoff = Backoff::exponential;
   // Per attempt; nullopt: none.
   std::optional<std::chrono::milliseconds> timeout;
+  // A compensation handler (Registry::add_compensation) that undoes this step when the instance
+  // fails or is terminated with rollback; stored with the step. Run steps only.
+  std::optional<std::string> compensation;
 };
 
 struct EventWait {
@@ -124,6 +140,22 @@ struct EventWait {
   // Required: nothing waits unbounded.
   std::chrono::milliseconds timeout{0};
 };
+
+// One alternative of a wait_any.
+struct EventMatch {
+  std::string type;
+  json match = json::object();
+};
+
+// The alternative of a wait_any that took an event, and the event's payload.
+struct AnyEvent {
+  std::size_t index = 0;
+  json payload;
+};
+
+class Step;
+// A branch of Step::all: its value, computed with the branch's own Step.
+using Branch = std::function<json(Step&)>;
 
 // The workflow's handle on its instance during one execution.
 class Step {
@@ -141,6 +173,11 @@ class Step {
   virtual void sleep_until(std::string_view name, std::int64_t at_unix_ms) = 0;
   // The payload of the event the wait took; EventTimeout when none came in time.
   virtual json wait_for_event(std::string_view name, const EventWait& wait) = 0;
+  // The first of several event waits to be satisfied, or EventTimeout after `timeout`.
+  virtual AnyEvent wait_any(std::string_view name, const std::vector<EventMatch>& events,
+                            std::chrono::milliseconds timeout) = 0;
+  // Runs the branches side by side; their values in order (see the contract above).
+  virtual std::vector<json> all(std::string_view name, const std::vector<Branch>& branches) = 0;
   // The child run's id. `request.dispatch_key` and `request.parent_instance` are set here.
   virtual RunId spawn(std::string_view name, ledger::DispatchRequest request) = 0;
 };
@@ -161,17 +198,29 @@ struct Registration {
   std::shared_ptr<Workflow> workflow;
 };
 
+// Undoes a succeeded step, given the step's value. Registered by name; a step names it in
+// StepConfig::compensation. Must be idempotent: a process killed inside it runs it again.
+struct Compensation {
+  std::string name;
+  // Retries of the handler (its own timeout and backoff); a final failure stops the rollback.
+  StepConfig retry;
+  std::function<void(const json& step_output, std::stop_token)> undo;
+};
+
 class Registry {
  public:
   // Throws InvalidArgument for a name registered twice or an empty name.
   void add(Registration registration);
+  void add_compensation(Compensation compensation);
   const Registration* find(std::string_view name) const;
+  const Compensation* find_compensation(std::string_view name) const;
   std::vector<std::string> names() const;
   // The names of registrations with a workflow object.
   std::vector<std::string> runnable_names() const;
 
  private:
   std::map<std::string, Registration, std::less<>> workflows_;
+  std::map<std::string, Compensation, std::less<>> compensations_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -193,6 +242,8 @@ struct Instance {
   std::string created_at;
   std::string updated_at;
   std::optional<std::string> finished_at;
+  // Set once the instance began rolling back: {"reason": "failed" | "terminate", ...}.
+  json rollback;
 };
 json to_json(const Instance& instance);
 
@@ -231,6 +282,8 @@ struct Options {
   int max_steps = 10'000;
   // Executor threads, each replaying one instance at a time.
   int threads = 4;
+  // Threads one all() runs its branches on (more branches take turns).
+  std::size_t max_branch_threads = 16;
   // Longest an idle executor waits without a NOTIFY before looking for due instances again.
   std::chrono::milliseconds poll_interval{5'000};
 };
@@ -259,12 +312,14 @@ class Coordinator {
   void pause(const std::string& instance_id, const std::string& by);
   // paused -> queued (due at once).
   void resume(const std::string& instance_id, const std::string& by);
-  // any unfinished status -> terminated (compensations are not built yet).
-  void terminate(const std::string& instance_id, const std::string& by);
+  // Any unfinished status -> terminated. With rollback, the instance is queued to have the
+  // compensations of its succeeded steps run by an executor first, and ends terminated after.
+  void terminate(const std::string& instance_id, const std::string& by, bool rollback = false);
   // Discards step `step_key` (name#count) and every step recorded after it, and queues the
   // instance (whatever its status) with a fresh deadline: those steps run again, earlier ones
   // are reused. Spawns after a restart dispatch new children. Returns the number of steps
-  // discarded. NotFound when the instance has no such step.
+  // discarded. NotFound when the instance has no such step; Conflict when a step before it was
+  // compensated (its effect is undone: restart from that step or earlier).
   int restart(const std::string& instance_id, const std::string& step_key, const std::string& by);
 
  private:

@@ -11,6 +11,7 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/replay.h"
+#include "coordinator/rollback.h"
 #include "coordinator/rows.h"
 #include "coordinator/statements.h"
 #include "errors/errors.h"
@@ -46,6 +47,15 @@ struct Executor::State {
   std::optional<ClaimedInstance> claim();
   // Replays the claimed instance and records the outcome.
   void replay(ClaimedInstance claimed);
+  // Runs the compensations the instance still owes, and ends it (or suspends it until a
+  // compensation's retry is due).
+  void roll_back(const std::string& instance_id, Generation generation, std::int64_t event_seq,
+                 const json& rollback, const std::atomic<bool>& lost);
+  // Records how a replay ended: suspended at some steps, complete, or errored / terminated.
+  // False when the instance was taken over meanwhile.
+  bool record_end(const std::string& instance_id, Generation generation, std::int64_t event_seq,
+                  const std::optional<Suspended>& suspended, const std::string& current_step,
+                  const std::string& status, const json& output, const json& error);
   // Until `quit` or stop.
   void heartbeat_loop(const std::atomic<bool>& quit);
   void listen_loop();
@@ -100,7 +110,8 @@ std::optional<ClaimedInstance> Executor::State::claim() {
   c.event_seq = row[5].as<std::int64_t>();
   c.restarts = row[6].as<int>();
   c.deadline_in_ms = row[7].as<std::int64_t>();
-  const json steps = json_from(row[8]);
+  c.rollback = json_from(row[8]);
+  const json steps = json_from(row[9]);
   for (const auto& s : steps) c.steps[s["step_key"].get<std::string>()] = s;
   return c;
 }
@@ -128,14 +139,18 @@ void Executor::State::replay(ClaimedInstance claimed) {
     }
   } release{*this, instance_id};
 
-  Replay replay(pool, ledger, options, std::move(claimed), *lost);
+  if (!claimed.rollback.is_null()) {
+    roll_back(instance_id, generation, event_seq, claimed.rollback, *lost);
+    return;
+  }
+  Replay replay(pool, ledger, registry, options, std::move(claimed), *lost);
   json output;
   json error;
-  std::optional<std::string> suspended_at;
+  std::optional<Suspended> suspended;
   try {
-    output = registration->workflow->run(input, replay);
+    output = registration->workflow->run(input, replay.root());
   } catch (const Suspended& s) {
-    suspended_at = s.step_key;
+    suspended = s;
   } catch (const FencedError& e) {
     spdlog::warn("coordinator {}: {}", id, e.what());
     return;
@@ -158,31 +173,90 @@ void Executor::State::replay(ClaimedInstance claimed) {
     error = {{"message", e.what()}, {"step", replay.current_step()}, {"kind", "workflow"}};
   }
   if (replay.fenced()) return;
-  if (replay.fatal()) {
-    error = *replay.fatal();
-    suspended_at.reset();
+  if (const auto fatal = replay.fatal()) {
+    error = *fatal;
+    suspended.reset();
   }
+  if (!suspended && !error.is_null() && replay.has_compensations()) {
+    // The failure is recorded first: a process killed during the rollback leaves it to the next
+    // claim, which continues it instead of replaying the workflow.
+    const json rollback = {{"reason", "failed"}, {"error", error}};
+    {
+      auto conn = pool.acquire();
+      pqxx::nontransaction tx(*conn);
+      if (pg::exec(tx, sql::kBeginRollback, instance_id, generation.value(), rollback.dump())
+              .empty()) {
+        spdlog::warn("coordinator {}: instance {} was taken over before its rollback began", id,
+                     instance_id);
+        return;
+      }
+    }
+    after_journal_write();
+    roll_back(instance_id, generation, event_seq, rollback, *lost);
+    return;
+  }
+  record_end(instance_id, generation, event_seq, suspended, replay.current_step(),
+             error.is_null() ? "complete" : "errored", output, error);
+}
+
+void Executor::State::roll_back(const std::string& instance_id, Generation generation,
+                                std::int64_t event_seq, const json& rollback,
+                                const std::atomic<bool>& lost) {
+  std::optional<RollbackEnd> end;
+  std::optional<Suspended> suspended;
+  try {
+    end = coordinator::roll_back(pool, registry, instance_id, generation, lost);
+  } catch (const Suspended& s) {
+    suspended = s;
+  } catch (const FencedError& e) {
+    spdlog::warn("coordinator {}: {}", id, e.what());
+    return;
+  }
+  const bool terminating = rollback.value("reason", "") == "terminate";
+  json error = terminating ? json{{"message", "terminated by " + rollback.value("by", "")},
+                                  {"kind", "terminated"}}
+                           : rollback.value("error", json::object());
+  if (end) {
+    error["rollback"] = end->to_json();
+    if (end->state != "complete") {
+      spdlog::error("coordinator {}: instance {}: {}", id, instance_id, end->message);
+    }
+  }
+  const std::string step = suspended ? suspended->step_keys.front() : end->step.value_or("");
+  record_end(instance_id, generation, event_seq, suspended, step,
+             terminating ? "terminated" : "errored", json(), error);
+}
+
+bool Executor::State::record_end(const std::string& instance_id, Generation generation,
+                                 std::int64_t event_seq, const std::optional<Suspended>& suspended,
+                                 const std::string& current_step, const std::string& status,
+                                 const json& output, const json& error) {
   auto conn = pool.acquire();
   pqxx::nontransaction tx(*conn);
   pqxx::result rows;
-  const std::optional<std::string> step = replay.current_step().empty()
-                                              ? std::nullopt
-                                              : std::optional<std::string>(replay.current_step());
-  if (suspended_at) {
-    rows = pg::exec(tx, sql::kSuspend, instance_id, generation.value(), event_seq, *suspended_at);
-  } else if (error.is_null()) {
-    rows = pg::exec(tx, sql::kFinish, instance_id, generation.value(), std::string("complete"),
-                    output.dump(), nullptr, pg::nullable(step));
+  const std::optional<std::string> step =
+      current_step.empty() ? std::nullopt : std::optional<std::string>(current_step);
+  if (suspended) {
+    const json keys = suspended->step_keys;
+    rows = pg::exec(tx, sql::kSuspend, instance_id, generation.value(), event_seq,
+                    pg::nullable(step), keys.dump());
   } else {
-    rows = pg::exec(tx, sql::kFinish, instance_id, generation.value(), std::string("errored"),
-                    nullptr, error.dump(), pg::nullable(step));
+    std::optional<std::string> output_text, error_text;
+    if (error.is_null()) {
+      output_text = output.dump();
+    } else {
+      error_text = error.dump();
+    }
+    rows = pg::exec(tx, sql::kFinish, instance_id, generation.value(), status,
+                    pg::nullable(output_text), pg::nullable(error_text), pg::nullable(step));
   }
   if (rows.empty()) {
     spdlog::warn("coordinator {}: instance {} was taken over before generation {} recorded its end",
                  id, instance_id, generation.value());
-    return;
+    return false;
   }
   after_journal_write();
+  return true;
 }
 
 void Executor::State::heartbeat_loop(const std::atomic<bool>& quit) {

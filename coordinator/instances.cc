@@ -52,6 +52,7 @@ Instance instance_from_row(const pqxx::row& row) {
       .created_at = row[12].as<std::string>(),
       .updated_at = row[13].as<std::string>(),
       .finished_at = optional_text(row[14]),
+      .rollback = json_from(row[15]),
   };
 }
 
@@ -85,7 +86,8 @@ json to_json(const Instance& i) {
           {"current_step", optional(i.current_step)},
           {"created_at", i.created_at},
           {"updated_at", i.updated_at},
-          {"finished_at", optional(i.finished_at)}};
+          {"finished_at", optional(i.finished_at)},
+          {"rollback", i.rollback}};
 }
 
 void Registry::add(Registration registration) {
@@ -97,6 +99,22 @@ void Registry::add(Registration registration) {
   if (!workflows_.emplace(name, std::move(registration)).second) {
     throw InvalidArgument("workflow " + name + " is registered twice");
   }
+}
+
+void Registry::add_compensation(Compensation compensation) {
+  if (compensation.name.empty()) throw InvalidArgument("a compensation needs a name");
+  if (!compensation.undo) {
+    throw InvalidArgument("compensation " + compensation.name + " has no undo function");
+  }
+  const std::string name = compensation.name;
+  if (!compensations_.emplace(name, std::move(compensation)).second) {
+    throw InvalidArgument("compensation " + name + " is registered twice");
+  }
+}
+
+const Compensation* Registry::find_compensation(std::string_view name) const {
+  const auto it = compensations_.find(name);
+  return it == compensations_.end() ? nullptr : &it->second;
 }
 
 const Registration* Registry::find(std::string_view name) const {
@@ -232,8 +250,9 @@ void Coordinator::resume(const std::string& instance_id, const std::string& by) 
   require_action(pool_, sql::kResume, instance_id, by, "resume");
 }
 
-void Coordinator::terminate(const std::string& instance_id, const std::string& by) {
-  require_action(pool_, sql::kTerminate, instance_id, by, "terminate");
+void Coordinator::terminate(const std::string& instance_id, const std::string& by, bool rollback) {
+  require_action(pool_, rollback ? sql::kTerminateWithRollback : sql::kTerminate, instance_id, by,
+                 "terminate");
 }
 
 int Coordinator::restart(const std::string& instance_id, const std::string& step_key,
@@ -247,6 +266,13 @@ int Coordinator::restart(const std::string& instance_id, const std::string& step
   }
   if (rows.empty()) {
     get(instance_id);  // NotFound for the instance itself
+    const auto recorded = steps(instance_id);
+    if (std::ranges::find(recorded, step_key, &StepRecord::step_key) != recorded.end()) {
+      throw Conflict("cannot restart instance " + instance_id + " from step " + step_key +
+                         ": a step before it was compensated (its effect is undone); restart "
+                         "from that step or earlier",
+                     {{"instance_id", instance_id}, {"step_key", step_key}});
+    }
     throw NotFound("instance " + instance_id + " has no step " + step_key,
                    {{"instance_id", instance_id}, {"step_key", step_key}});
   }

@@ -1,11 +1,10 @@
-// One execution of a workflow against its record: memoized steps, retries, sleeps, waits and
-// spawns, each new fact written in one statement.
+// One execution of a workflow against its record: memoized steps, retries, sleeps, waits,
+// branches and spawns, each new fact written in one statement.
 #include "coordinator/replay.h"
 
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
+#include "coordinator/attempt.h"
 #include "coordinator/statements.h"
 #include "digest/digest.h"
 #include "errors/errors.h"
@@ -13,102 +12,6 @@
 
 namespace runledger::coordinator {
 namespace {
-
-constexpr std::string_view kBackoffNames[] = {"constant", "linear", "exponential"};
-
-json config_to_json(const StepConfig& c) {
-  json j = {{"retries", c.retries},
-            {"delay_ms", c.delay.count()},
-            {"backoff", kBackoffNames[static_cast<int>(c.backoff)]}};
-  j["timeout_ms"] = c.timeout ? json(c.timeout->count()) : json();
-  return j;
-}
-
-StepConfig config_from_json(const json& j) {
-  StepConfig c;
-  c.retries = j.value("retries", 0);
-  c.delay = std::chrono::milliseconds(j.value("delay_ms", std::int64_t{0}));
-  const std::string backoff = j.value("backoff", std::string("exponential"));
-  for (std::size_t i = 0; i < std::size(kBackoffNames); ++i) {
-    if (kBackoffNames[i] == backoff) c.backoff = static_cast<Backoff>(i);
-  }
-  if (j.contains("timeout_ms") && !j["timeout_ms"].is_null()) {
-    c.timeout = std::chrono::milliseconds(j["timeout_ms"].get<std::int64_t>());
-  }
-  return c;
-}
-
-// Delay before retry number `retry` (1-based).
-std::int64_t retry_delay_ms(const StepConfig& c, int retry) {
-  const std::int64_t base = c.delay.count();
-  switch (c.backoff) {
-    case Backoff::constant:
-      return base;
-    case Backoff::linear:
-      return base * retry;
-    case Backoff::exponential:
-      return base << std::min(retry - 1, 30);
-  }
-  return base;
-}
-
-void validate(const StepConfig& c, std::string_view name) {
-  if (c.retries < 0 || c.delay.count() < 0 || (c.timeout && c.timeout->count() <= 0)) {
-    throw InvalidArgument("step " + std::string(name) +
-                          ": retries and delay must not be negative, a timeout must be positive");
-  }
-}
-
-struct BodyOutcome {
-  std::optional<json> value;
-  std::string failure;  // when !value
-  std::string kind;     // failed | non_retryable | timeout
-};
-
-// Runs the body on this thread; a watchdog triggers its stop token at the timeout, and a value
-// returned after it is discarded (a C++ function cannot be preempted).
-BodyOutcome run_body(const StepConfig& config, const std::function<json(std::stop_token)>& body,
-                     int attempt) {
-  std::stop_source stop;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  std::jthread watchdog;
-  const auto started = std::chrono::steady_clock::now();
-  if (config.timeout) {
-    watchdog = std::jthread([&, timeout = *config.timeout] {
-      std::unique_lock lock(mu);
-      if (!cv.wait_for(lock, timeout, [&] { return finished; })) stop.request_stop();
-    });
-  }
-  const auto finish = [&] {
-    {
-      std::lock_guard lock(mu);
-      finished = true;
-    }
-    cv.notify_all();
-    if (watchdog.joinable()) watchdog.join();
-  };
-  BodyOutcome out;
-  try {
-    out.value = body(stop.get_token());
-  } catch (const NonRetryable& e) {
-    out.failure = e.what();
-    out.kind = "non_retryable";
-  } catch (const std::exception& e) {
-    out.failure = e.what();
-    out.kind = "failed";
-  }
-  finish();
-  if (config.timeout &&
-      (stop.stop_requested() || std::chrono::steady_clock::now() - started > *config.timeout)) {
-    out.value.reset();
-    out.failure = "attempt " + std::to_string(attempt) + " timed out after " +
-                  std::to_string(config.timeout->count()) + " ms";
-    out.kind = "timeout";
-  }
-  return out;
-}
 
 std::string child_dispatch_key(const std::string& instance_id, const std::string& step_key,
                                int restarts) {
@@ -126,48 +29,82 @@ void after_journal_write() {
   failpoint::hit("coordinator.after_write");
 }
 
-Replay::Replay(pg::Pool& pool, ledger::Ledger& ledger, const Options& options,
-               ClaimedInstance claimed, const std::atomic<bool>& lost)
+Replay::Replay(pg::Pool& pool, ledger::Ledger& ledger, const Registry& registry,
+               const Options& options, ClaimedInstance claimed, const std::atomic<bool>& lost)
     : pool_(pool),
       ledger_(ledger),
+      registry_(registry),
       options_(options),
       claimed_(std::move(claimed)),
       lost_(lost),
-      claimed_at_(std::chrono::steady_clock::now()) {}
+      claimed_at_(std::chrono::steady_clock::now()),
+      root_(std::make_unique<Scope>(*this, "")) {}
 
 std::chrono::milliseconds Replay::elapsed() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                claimed_at_);
 }
 
-std::string Replay::next_key(std::string_view name) {
-  if (name.empty() || name.find('#') != std::string_view::npos) {
-    throw InvalidArgument("a step name is not empty and has no '#': '" +
-                          std::string(name.substr(0, 64)) + "'");
-  }
-  if (fenced_ || lost_) refused("step " + std::string(name));
-  auto it = counts_.find(name);
-  if (it == counts_.end()) it = counts_.emplace(std::string(name), 0).first;
-  current_ = std::string(name) + "#" + std::to_string(++it->second);
-  if (++calls_ > options_.max_steps) {
-    fail_fatal(current_, "step_limit",
-               "step " + current_ + " is over the limit of " + std::to_string(options_.max_steps) +
-                   " steps per execution");
-  }
+std::string Replay::current_step() const {
+  std::lock_guard lock(mu_);
   return current_;
 }
 
+std::optional<json> Replay::fatal() const {
+  std::lock_guard lock(mu_);
+  return fatal_;
+}
+
+bool Replay::has_compensations() const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, rec] : claimed_.steps) {
+    if (rec["kind"] == "run" && rec["state"] == "succeeded" && rec["config"].is_object() &&
+        rec["config"].contains("compensation")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Replay::begin(const std::string& key) {
+  if (fenced_ || lost_) refused("step " + key);
+  bool over = false;
+  {
+    std::lock_guard lock(mu_);
+    current_ = key;
+    over = ++calls_ > options_.max_steps;
+  }
+  if (over) {
+    fail_fatal(key, "step_limit",
+               "step " + key + " is over the limit of " + std::to_string(options_.max_steps) +
+                   " steps per execution");
+  }
+}
+
 const json* Replay::record(const std::string& key, std::string_view kind) {
-  const auto it = claimed_.steps.find(key);
-  if (it == claimed_.steps.end()) return nullptr;
-  const std::string recorded = it->second["kind"];
+  const json* rec = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = claimed_.steps.find(key);
+    if (it == claimed_.steps.end()) return nullptr;
+    rec = &it->second;
+  }
+  const std::string recorded = (*rec)["kind"];
   if (recorded != kind) {
     const std::string message = "non-determinism at step " + key + ": the record holds a " +
                                 recorded + " step, this execution called " + std::string(kind);
-    if (!fatal_) fatal_ = json{{"message", message}, {"step", key}, {"kind", "non_determinism"}};
+    {
+      std::lock_guard lock(mu_);
+      if (!fatal_) fatal_ = json{{"message", message}, {"step", key}, {"kind", "non_determinism"}};
+    }
     throw NonDeterminism(key, message);
   }
-  return &it->second;
+  return rec;
+}
+
+void Replay::remember(const std::string& key, json rec) {
+  std::lock_guard lock(mu_);
+  claimed_.steps[key] = std::move(rec);
 }
 
 bool Replay::due(const json& record) const {
@@ -184,7 +121,10 @@ void Replay::check_deadline(const std::string& key) {
 
 void Replay::fail_fatal(const std::string& key, const std::string& kind,
                         const std::string& message) {
-  if (!fatal_) fatal_ = json{{"message", message}, {"step", key}, {"kind", kind}};  // the first
+  {
+    std::lock_guard lock(mu_);
+    if (!fatal_) fatal_ = json{{"message", message}, {"step", key}, {"kind", kind}};  // the first
+  }
   throw StepError(key, kind, message);
 }
 
@@ -221,16 +161,19 @@ bool Replay::record_step(const std::string& key, std::string_view kind, const js
   }
   if (rows.empty()) refused("recording step " + key);
   after_journal_write();
-  claimed_.steps[key] =
-      json{{"kind", kind},     {"state", state}, {"attempts", attempts}, {"config", config},
-           {"output", output}, {"error", error}, {"due_in_ms", nullptr}};
+  remember(key, json{{"kind", kind},
+                     {"state", state},
+                     {"attempts", attempts},
+                     {"config", config},
+                     {"output", output},
+                     {"error", error},
+                     {"due_in_ms", nullptr}});
   return rows[0][0].as<bool>();
 }
 
-json Replay::run(std::string_view name, const StepConfig& given,
+json Replay::run(const std::string& key, const StepConfig& given,
                  const std::function<json(std::stop_token)>& body) {
-  const std::string key = next_key(name);
-  validate(given, name);
+  validate(given, key);
   StepConfig config = given;
   int attempts = 0;
   if (const json* rec = record(key, "run")) {
@@ -242,7 +185,12 @@ json Replay::run(std::string_view name, const StepConfig& given,
     }
     config = config_from_json((*rec)["config"]);  // the stored config wins
     attempts = (*rec)["attempts"];
-    if (!due(*rec)) throw Suspended{key};
+    if (!due(*rec)) throw Suspended{{key}};
+  }
+  if (config.compensation && !registry_.find_compensation(*config.compensation)) {
+    // Undoing the step would be impossible: refuse before its effect, not at rollback.
+    throw InvalidArgument("step " + key + " names compensation '" + *config.compensation +
+                          "', which is not registered");
   }
   const json config_json = config_to_json(config);
   for (;;) {
@@ -274,7 +222,7 @@ json Replay::run(std::string_view name, const StepConfig& given,
     const bool retry_now = record_step(
         key, "run", config_json, "pending", attempt, json(), error, delay, "attempt failed",
         {{"attempt", attempt}, {"error", error}, {"retry_in_ms", delay}});
-    if (!retry_now) throw Suspended{key};
+    if (!retry_now) throw Suspended{{key}};
     attempts = attempt;
   }
 }
@@ -288,19 +236,11 @@ void Replay::replay_sleep(const std::string& key, const json& rec) {
     return;
   }
   check_deadline(key);
-  throw Suspended{key};
+  throw Suspended{{key}};
 }
 
-void Replay::sleep(std::string_view name, std::chrono::milliseconds duration) {
-  record_sleep(next_key(name), std::nullopt, std::max<std::int64_t>(0, duration.count()));
-}
-
-void Replay::sleep_until(std::string_view name, std::int64_t at_unix_ms) {
-  record_sleep(next_key(name), at_unix_ms, std::nullopt);
-}
-
-void Replay::record_sleep(const std::string& key, std::optional<std::int64_t> until_unix_ms,
-                          std::optional<std::int64_t> duration_ms) {
+void Replay::sleep(const std::string& key, std::optional<std::int64_t> until_unix_ms,
+                   std::optional<std::int64_t> duration_ms) {
   if (const json* rec = record(key, "sleep")) return replay_sleep(key, *rec);
   check_deadline(key);
   bool is_due = false;
@@ -318,20 +258,25 @@ void Replay::record_sleep(const std::string& key, std::optional<std::int64_t> un
     is_due = rows[0][1].as<bool>();
   }
   after_journal_write();
-  claimed_.steps[key] = json{
-      {"kind", "sleep"}, {"state", "pending"}, {"due_in_ms", is_due ? json(0) : json(INT64_MAX)}};
-  if (!is_due) throw Suspended{key};
+  remember(key, json{{"kind", "sleep"},
+                     {"state", "pending"},
+                     {"due_in_ms", is_due ? json(0) : json(INT64_MAX)}});
+  if (!is_due) throw Suspended{{key}};
 }
 
-json Replay::wait_for_event(std::string_view name, const EventWait& given) {
-  const std::string key = next_key(name);
-  if (given.timeout.count() <= 0) {
+json Replay::wait(const std::string& key, std::string_view kind, const json& alternatives,
+                  std::int64_t timeout_ms) {
+  if (timeout_ms <= 0) {
     throw InvalidArgument("wait " + key + " needs a positive timeout: nothing waits unbounded");
   }
-  if (!given.match.is_object()) throw InvalidArgument("wait " + key + ": match is a JSON object");
-  json config = {
-      {"type", given.type}, {"match", given.match}, {"timeout_ms", given.timeout.count()}};
-  const json* rec = record(key, "wait");
+  for (const auto& a : alternatives) {
+    if (!a["match"].is_object()) throw InvalidArgument("wait " + key + ": match is a JSON object");
+  }
+  json config = kind == "wait" ? json{{"type", alternatives[0]["type"]},
+                                      {"match", alternatives[0]["match"]},
+                                      {"timeout_ms", timeout_ms}}
+                               : json{{"any", alternatives}, {"timeout_ms", timeout_ms}};
+  const json* rec = record(key, kind);
   if (rec) {
     const std::string state = (*rec)["state"];
     if (state == "succeeded") return (*rec)["output"];
@@ -341,36 +286,42 @@ json Replay::wait_for_event(std::string_view name, const EventWait& given) {
     }
     config = (*rec)["config"];  // the stored wait wins
   }
+  const json stored = config.contains("any")
+                          ? config["any"]
+                          : json::array({{{"type", config["type"]}, {"match", config["match"]}}});
   check_deadline(key);
-  json payload;
+  json output;
   {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
     const auto rows = pg::exec(tx, sql::kWait, claimed_.instance_id, claimed_.generation.value(),
-                               key, config["type"].get<std::string>(), config["match"].dump(),
-                               config.dump(), config["timeout_ms"].get<std::int64_t>());
+                               key, std::string(kind), stored.dump(), config.dump(),
+                               config["timeout_ms"].get<std::int64_t>());
     if (rows[0][0].as<int>() == 0) refused("wait " + key);
-    if (!rows[0][1].is_null()) payload = json::parse(rows[0][1].c_str());
+    if (!rows[0][1].is_null()) output = json::parse(rows[0][1].c_str());
   }
   after_journal_write();
-  if (!payload.is_null()) {
-    claimed_.steps[key] = json{{"kind", "wait"}, {"state", "succeeded"}, {"output", payload}};
-    return payload;
+  if (!output.is_null()) {
+    remember(key, json{{"kind", kind}, {"state", "succeeded"}, {"output", output}});
+    return output;
   }
   if (rec && due(*rec)) {
-    const std::string message = "wait " + key + " for event '" + config["type"].get<std::string>() +
-                                "' matching " + config["match"].dump() + " timed out after " +
+    std::string waited_for;
+    for (const auto& a : stored) {
+      waited_for += (waited_for.empty() ? "" : " or ") +
+                    ("'" + a["type"].get<std::string>() + "' matching " + a["match"].dump());
+    }
+    const std::string message = "wait " + key + " for event " + waited_for + " timed out after " +
                                 std::to_string(config["timeout_ms"].get<std::int64_t>()) + " ms";
-    record_step(key, "wait", config, "failed", 0, json(),
+    record_step(key, kind, config, "failed", 0, json(),
                 {{"message", message}, {"kind", "event_timeout"}}, std::nullopt, "timed out",
                 {{"message", message}});
     throw EventTimeout(key, "event_timeout", message);
   }
-  throw Suspended{key};
+  throw Suspended{{key}};
 }
 
-RunId Replay::spawn(std::string_view name, ledger::DispatchRequest request) {
-  const std::string key = next_key(name);
+RunId Replay::spawn(const std::string& key, ledger::DispatchRequest request) {
   if (const json* rec = record(key, "spawn")) {
     const std::string state = (*rec)["state"];
     if (state == "succeeded") return RunId((*rec)["output"]["run_id"].get<std::string>());
@@ -400,6 +351,121 @@ RunId Replay::spawn(std::string_view name, ledger::DispatchRequest request) {
   record_step(key, "spawn", config, "succeeded", 1, output, json(), std::nullopt, "spawned",
               output);
   return dispatched->run.run_id;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scope
+
+std::string Scope::next_key(std::string_view name) {
+  if (name.empty() || name.find('#') != std::string_view::npos) {
+    throw InvalidArgument("a step name is not empty and has no '#': '" +
+                          std::string(name.substr(0, 64)) + "'");
+  }
+  auto it = counts_.find(name);
+  if (it == counts_.end()) it = counts_.emplace(std::string(name), 0).first;
+  std::string key = prefix_ + std::string(name) + "#" + std::to_string(++it->second);
+  replay_.begin(key);
+  return key;
+}
+
+json Scope::run(std::string_view name, const StepConfig& config,
+                const std::function<json(std::stop_token)>& body) {
+  return replay_.run(next_key(name), config, body);
+}
+
+void Scope::sleep(std::string_view name, std::chrono::milliseconds duration) {
+  replay_.sleep(next_key(name), std::nullopt, std::max<std::int64_t>(0, duration.count()));
+}
+
+void Scope::sleep_until(std::string_view name, std::int64_t at_unix_ms) {
+  replay_.sleep(next_key(name), at_unix_ms, std::nullopt);
+}
+
+json Scope::wait_for_event(std::string_view name, const EventWait& wait) {
+  const std::string key = next_key(name);
+  return replay_.wait(key, "wait", json::array({{{"type", wait.type}, {"match", wait.match}}}),
+                      wait.timeout.count());
+}
+
+AnyEvent Scope::wait_any(std::string_view name, const std::vector<EventMatch>& events,
+                         std::chrono::milliseconds timeout) {
+  const std::string key = next_key(name);
+  if (events.empty()) throw InvalidArgument("wait_any " + key + " needs at least one event");
+  json alternatives = json::array();
+  for (const auto& e : events) alternatives.push_back({{"type", e.type}, {"match", e.match}});
+  const json taken = replay_.wait(key, "wait_any", alternatives, timeout.count());
+  return AnyEvent{taken["index"].get<std::size_t>(), taken["payload"]};
+}
+
+RunId Scope::spawn(std::string_view name, ledger::DispatchRequest request) {
+  return replay_.spawn(next_key(name), std::move(request));
+}
+
+namespace {
+
+// Whether a branch's error ends the whole execution rather than just its branch: the instance
+// was lost, the code disagrees with the record, or the database failed.
+bool ends_execution(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const FencedError&) {
+    return true;
+  } catch (const NonDeterminism&) {
+    return true;
+  } catch (const pqxx::broken_connection&) {
+    return true;
+  } catch (const Error& e) {
+    return e.code() == ErrorCode::unavailable;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<json> Scope::all(std::string_view name, const std::vector<Branch>& branches) {
+  const std::string key = next_key(name);
+  struct Outcome {
+    std::optional<json> value;
+    std::vector<std::string> suspended;
+    std::exception_ptr error;
+  };
+  std::vector<Outcome> outcomes(branches.size());
+  std::atomic<std::size_t> next{0};
+  const auto drive = [&] {
+    for (std::size_t i; (i = next++) < branches.size();) {
+      Scope scope(replay_, key + "/" + std::to_string(i) + "/");
+      try {
+        outcomes[i].value = branches[i](scope);
+      } catch (const Suspended& s) {
+        outcomes[i].suspended = s.step_keys;
+      } catch (...) {
+        outcomes[i].error = std::current_exception();
+      }
+    }
+  };
+  const std::size_t width = std::min(branches.size(), replay_.max_branch_threads());
+  if (width <= 1) {
+    drive();
+  } else {
+    std::vector<std::jthread> threads;
+    for (std::size_t t = 0; t < width; ++t) threads.emplace_back(drive);
+  }
+  const bool fatal = replay_.fenced() || replay_.fatal().has_value();
+  for (const auto& o : outcomes) {
+    if (o.error && (fatal || ends_execution(o.error))) std::rethrow_exception(o.error);
+  }
+  Suspended waiting;
+  for (const auto& o : outcomes) {
+    waiting.step_keys.insert(waiting.step_keys.end(), o.suspended.begin(), o.suspended.end());
+  }
+  if (!waiting.step_keys.empty()) throw waiting;
+  std::vector<json> values;
+  for (auto& o : outcomes) {
+    if (o.error) std::rethrow_exception(o.error);
+    values.push_back(std::move(*o.value));
+  }
+  return values;
 }
 
 }  // namespace runledger::coordinator

@@ -14,7 +14,7 @@ namespace runledger::coordinator::sql {
 #define RUNLEDGER_WF_INSTANCE_COLUMNS                                                    \
   "instance_id, workflow, version, input, status, output, error, generation, owner, "    \
   "wake_at::text, deadline_at::text, current_step, created_at::text, updated_at::text, " \
-  "finished_at::text"
+  "finished_at::text, rollback"
 
 #define RUNLEDGER_WF_OWNER                                                 \
   "owner AS (SELECT instance_id FROM wf_instances WHERE instance_id = $1 " \
@@ -85,14 +85,14 @@ inline constexpr pg::Statement kClaim{
     "    wake_at = NULL, updated_at = runledger_now() "
     "  FROM picked WHERE i.instance_id = picked.instance_id "
     "  RETURNING i.instance_id, i.workflow, i.version, i.input, i.generation, i.event_seq, "
-    "    i.restarts, "
+    "    i.restarts, i.rollback, "
     "    (extract(epoch FROM i.deadline_at - runledger_now()) * 1000)::bigint AS deadline_in_ms, "
     "    picked.was), "
     "h AS (INSERT INTO wf_history (instance_id, generation, what, detail) "
     "  SELECT instance_id, generation, 'taken over', jsonb_build_object('executor', $1::text) "
     "  FROM claimed WHERE was = 'running') "
     "SELECT c.instance_id, c.workflow, c.version, c.input, c.generation, c.event_seq, c.restarts, "
-    "  c.deadline_in_ms, "
+    "  c.deadline_in_ms, c.rollback, "
     "  (SELECT coalesce(jsonb_agg(jsonb_build_object('step_key', s.step_key, 'kind', s.kind, "
     "     'state', s.state, 'attempts', s.attempts, 'config', s.config, 'output', s.output, "
     "     'error', s.error, 'due_in_ms', "
@@ -148,43 +148,64 @@ inline constexpr pg::Statement kRecordSleep{
     "  SELECT $1, $2, 'sleep', step_key, jsonb_build_object('until', due_at) FROM s) "
     "SELECT (SELECT count(*) FROM owner), (SELECT due_at <= runledger_now() FROM s)"};
 
-// A wait ($3 key, $4 type, $5 match, $6 config, $7 timeout ms): takes the oldest unconsumed
-// matching event, recording the wait as succeeded with its payload, or as pending with its
-// timeout when none is there (a wait already recorded keeps its timeout). Returns whether the
-// writer owns the instance, and the payload taken (NULL: none).
+// A wait or wait_any ($3 key, $4 kind, $5 the alternatives [{type, match}], $6 config, $7
+// timeout ms): takes the oldest unconsumed event matching any alternative, recording the wait as
+// succeeded with it (a wait: the payload; a wait_any: {index, payload}, index the first
+// alternative it matches), or as pending with its timeout when none is there (a wait already
+// recorded keeps its timeout). Returns whether the writer owns the instance, and the output
+// (NULL: no event taken).
 inline constexpr pg::Statement kWait{
     "wf_wait",
     "WITH " RUNLEDGER_WF_OWNER
     ", "
-    "ev AS (SELECT e.event_id, e.payload FROM wf_events e JOIN owner o USING (instance_id) "
-    "  WHERE e.consumed_by IS NULL AND e.event_type = $4 AND e.payload @> $5::jsonb "
+    "alt AS (SELECT (x.ord - 1)::int AS idx, x.a->>'type' AS type, x.a->'match' AS match "
+    "  FROM jsonb_array_elements($5::jsonb) WITH ORDINALITY AS x(a, ord)), "
+    "ev AS (SELECT e.event_id FROM wf_events e JOIN owner o USING (instance_id) "
+    "  WHERE e.consumed_by IS NULL "
+    "    AND EXISTS (SELECT 1 FROM alt WHERE alt.type = e.event_type AND e.payload @> alt.match) "
     "  ORDER BY e.event_id LIMIT 1 FOR UPDATE OF e SKIP LOCKED), "
     "used AS (UPDATE wf_events e SET consumed_by = $3, consumed_at = runledger_now() "
     "  FROM ev WHERE e.event_id = ev.event_id RETURNING e.event_id, e.event_type, e.payload), "
+    "taken AS (SELECT u.event_id, u.event_type, "
+    "    (SELECT min(alt.idx) FROM alt WHERE alt.type = u.event_type AND u.payload @> alt.match) "
+    "      AS idx, "
+    "    CASE WHEN $4 = 'wait' THEN u.payload ELSE jsonb_build_object('index', "
+    "      (SELECT min(alt.idx) FROM alt WHERE alt.type = u.event_type AND u.payload @> "
+    "alt.match), "
+    "      'payload', u.payload) END AS output "
+    "  FROM used u), "
     "st AS (INSERT INTO wf_steps (instance_id, step_key, kind, config, state, due_at, output, "
     "    generation) "
-    "  SELECT o.instance_id, $3, 'wait', $6::jsonb, "
-    "    CASE WHEN u.event_id IS NULL THEN 'pending' ELSE 'succeeded' END, "
-    "    runledger_now() + make_interval(secs => $7::bigint / 1000.0), u.payload, $2 "
-    "  FROM owner o LEFT JOIN used u ON true "
+    "  SELECT o.instance_id, $3, $4, $6::jsonb, "
+    "    CASE WHEN t.event_id IS NULL THEN 'pending' ELSE 'succeeded' END, "
+    "    runledger_now() + make_interval(secs => $7::bigint / 1000.0), t.output, $2 "
+    "  FROM owner o LEFT JOIN taken t ON true "
     "  ON CONFLICT (instance_id, step_key) DO UPDATE SET state = EXCLUDED.state, "
     "    output = EXCLUDED.output, generation = EXCLUDED.generation, updated_at = "
     "runledger_now() "
     "  WHERE wf_steps.state = 'pending' AND EXCLUDED.state = 'succeeded' RETURNING step_key), "
     "h AS (INSERT INTO wf_history (instance_id, generation, what, step_key, detail) "
     "  SELECT $1, $2, 'event received', $3, jsonb_build_object('event_id', event_id, 'type', "
-    "    event_type) FROM used) "
-    "SELECT (SELECT count(*) FROM owner), (SELECT payload FROM used)"};
+    "    event_type, 'index', idx) FROM taken) "
+    "SELECT (SELECT count(*) FROM owner), (SELECT output FROM taken)"};
 
-// The replay stopped at step $4, which is not due: the instance waits until the step's due time
-// (never past its deadline), or is due at once when an event arrived since the claim ($3 the
-// event count the claim saw).
+// The replay stopped at steps $5 (a JSON array of keys; several from the branches of all()),
+// none due: the instance waits until the earliest of their due times (a step's, or a
+// compensation's during a rollback), never past its deadline unless rolling back, or is due at
+// once when an event arrived since the claim ($3 the event count the claim saw). $4 names the
+// step for people.
 inline constexpr pg::Statement kSuspend{
     "wf_suspend",
-    "WITH i AS (UPDATE wf_instances SET status = 'waiting', owner = NULL, lease_expires_at = NULL, "
+    "WITH k AS (SELECT jsonb_array_elements_text($5::jsonb) AS step_key), "
+    "due AS (SELECT min(d) AS at FROM (SELECT s.due_at AS d FROM wf_steps s JOIN k USING "
+    "(step_key) "
+    "    WHERE s.instance_id = $1 "
+    "  UNION ALL SELECT c.due_at FROM wf_compensations c JOIN k USING (step_key) "
+    "    WHERE c.instance_id = $1) x), "
+    "i AS (UPDATE wf_instances SET status = 'waiting', owner = NULL, lease_expires_at = NULL, "
     "    wake_at = CASE WHEN event_seq <> $3 THEN runledger_now() "
-    "      ELSE least(coalesce((SELECT due_at FROM wf_steps s WHERE s.instance_id = $1 "
-    "        AND s.step_key = $4), runledger_now()), deadline_at) END, "
+    "      ELSE least(coalesce((SELECT at FROM due), runledger_now()), "
+    "        CASE WHEN rollback IS NULL THEN deadline_at END) END, "
     "    current_step = $4, updated_at = runledger_now() "
     "  WHERE instance_id = $1 AND generation = $2 AND status = 'running' "
     "  RETURNING instance_id, wake_at), "
@@ -248,16 +269,33 @@ inline constexpr pg::Statement kTerminate{
     "  WHERE instance_id = $1 AND status IN ('queued', 'running', 'waiting', 'paused') "
     "  RETURNING instance_id, generation), " RUNLEDGER_WF_OPERATOR_HISTORY("terminated")};
 
-// Restart from step $3: discards it and every step recorded after it, queues the instance with
-// a fresh deadline of the same length, and counts the restart. No row when the step is unknown.
+// Terminate with rollback: queued with the rollback requested (one already under way is kept),
+// to end terminated once an executor has run the compensations.
+inline constexpr pg::Statement kTerminateWithRollback{
+    "wf_terminate_with_rollback",
+    "WITH i AS (UPDATE wf_instances SET status = 'queued', generation = generation + 1, "
+    "    rollback = coalesce(rollback, '{}'::jsonb) || "
+    "      jsonb_build_object('reason', 'terminate', 'by', $2::text), "
+    "    owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = runledger_now() "
+    "  WHERE instance_id = $1 AND status IN ('queued', 'running', 'waiting', 'paused') "
+    "  RETURNING instance_id, generation), " RUNLEDGER_WF_OPERATOR_HISTORY(
+        "terminating with rollback")};
+
+// Restart from step $3: discards it and every step recorded after it (their compensations with
+// them), queues the instance with a fresh deadline of the same length and no rollback, and
+// counts the restart. No row when the step is unknown or when an earlier, kept step was
+// compensated (its effect is undone: reusing its value would be wrong).
 inline constexpr pg::Statement kRestart{
     "wf_restart",
-    "WITH target AS (SELECT recorded_seq FROM wf_steps WHERE instance_id = $1 AND step_key = $3), "
+    "WITH target AS (SELECT recorded_seq FROM wf_steps WHERE instance_id = $1 AND step_key = $3 "
+    "  AND NOT EXISTS (SELECT 1 FROM wf_compensations c JOIN wf_steps s USING (instance_id, "
+    "    step_key) WHERE c.instance_id = $1 AND c.state = 'succeeded' "
+    "    AND s.recorded_seq < wf_steps.recorded_seq)), "
     "del AS (DELETE FROM wf_steps s USING target WHERE s.instance_id = $1 "
     "  AND s.recorded_seq >= target.recorded_seq RETURNING s.step_key), "
     "i AS (UPDATE wf_instances SET status = 'queued', generation = generation + 1, "
     "    restarts = restarts + 1, owner = NULL, lease_expires_at = NULL, wake_at = NULL, "
-    "    output = NULL, error = NULL, finished_at = NULL, current_step = NULL, "
+    "    output = NULL, error = NULL, finished_at = NULL, current_step = NULL, rollback = NULL, "
     "    deadline_at = runledger_now() + (deadline_at - created_at), "
     "    updated_at = runledger_now() "
     "  WHERE instance_id = $1 AND EXISTS (SELECT 1 FROM target) "
@@ -266,5 +304,48 @@ inline constexpr pg::Statement kRestart{
     "  SELECT instance_id, generation, 'restarted', $3, jsonb_build_object('by', $2::text, "
     "    'discarded', (SELECT count(*) FROM del)) FROM i) "
     "SELECT (SELECT count(*) FROM del) FROM i"};
+
+// ---------------------------------------------------------------------------------------------
+// Rollback
+
+// Begins the rollback of a failing instance: $3 {"reason": "failed", "error"}.
+inline constexpr pg::Statement kBeginRollback{
+    "wf_begin_rollback",
+    "WITH i AS (UPDATE wf_instances SET rollback = $3::jsonb, updated_at = runledger_now() "
+    "  WHERE instance_id = $1 AND generation = $2 AND status = 'running' "
+    "  RETURNING instance_id), "
+    "h AS (INSERT INTO wf_history (instance_id, generation, what, detail) "
+    "  SELECT instance_id, $2, 'rolling back', $3::jsonb FROM i) "
+    "SELECT 1 FROM i"};
+
+// The succeeded steps that name a compensation, latest recorded first, with their compensation's
+// journal: step key, handler, step output, state (NULL: not started), attempts, ms until due.
+inline constexpr pg::Statement kCompensable{
+    "wf_compensable",
+    "SELECT s.step_key, s.config->>'compensation', s.output, c.state, coalesce(c.attempts, 0), "
+    "  (extract(epoch FROM c.due_at - runledger_now()) * 1000)::bigint "
+    "FROM wf_steps s LEFT JOIN wf_compensations c USING (instance_id, step_key) "
+    "WHERE s.instance_id = $1 AND s.kind = 'run' AND s.state = 'succeeded' "
+    "  AND s.config ? 'compensation' "
+    "ORDER BY s.recorded_seq DESC"};
+
+// Records a compensation's state, fenced like a step: $3 step key, $4 handler, $5 state, $6
+// attempts, $7 error, $8 due in ms (NULL: none), $9 history `what`, $10 detail. Returns whether
+// its due time has passed; no row when the writer lost the instance.
+inline constexpr pg::Statement kRecordCompensation{
+    "wf_record_compensation",
+    "WITH " RUNLEDGER_WF_OWNER
+    ", "
+    "c AS (INSERT INTO wf_compensations (instance_id, step_key, handler, state, attempts, error, "
+    "    due_at, generation) "
+    "  SELECT instance_id, $3, $4, $5, $6, $7::jsonb, "
+    "    runledger_now() + make_interval(secs => $8::bigint / 1000.0), $2 FROM owner "
+    "  ON CONFLICT (instance_id, step_key) DO UPDATE SET state = EXCLUDED.state, "
+    "    attempts = EXCLUDED.attempts, error = EXCLUDED.error, due_at = EXCLUDED.due_at, "
+    "    generation = EXCLUDED.generation, updated_at = runledger_now() "
+    "  RETURNING step_key, due_at), "
+    "h AS (INSERT INTO wf_history (instance_id, generation, what, step_key, detail) "
+    "  SELECT $1, $2, $9, step_key, $10::jsonb FROM c) "
+    "SELECT due_at IS NULL OR due_at <= runledger_now() FROM c"};
 
 }  // namespace runledger::coordinator::sql

@@ -121,7 +121,8 @@ TEST_CASE("a final error is recorded and re-thrown on replay without running the
   f.add("fails", [&](const json&, coordinator::Step& step) {
     std::string caught;
     try {
-      step.run("doomed", StepConfig{5, 1000ms, coordinator::Backoff::constant, std::nullopt},
+      step.run("doomed",
+               StepConfig{5, 1000ms, coordinator::Backoff::constant, std::nullopt, std::nullopt},
                [&](std::stop_token) -> json {
                  ++runs;
                  throw coordinator::NonRetryable("the remote said no");
