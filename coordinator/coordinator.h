@@ -198,13 +198,21 @@ struct Registration {
   std::shared_ptr<Workflow> workflow;
 };
 
-// Undoes a succeeded step, given the step's value. Registered by name; a step names it in
-// StepConfig::compensation. Must be idempotent: a process killed inside it runs it again.
+// What a compensation handler undoes: the step, and the value it recorded.
+struct UndoRequest {
+  const std::string& instance_id;
+  const std::string& step_key;  // with instance_id, a key for making the undo idempotent
+  const json& output;
+  int attempt = 1;
+};
+
+// Undoes a succeeded step. Registered by name; a step names it in StepConfig::compensation. Must
+// be idempotent: a process killed inside it runs it again.
 struct Compensation {
   std::string name;
   // Retries of the handler (its own timeout and backoff); a final failure stops the rollback.
   StepConfig retry;
-  std::function<void(const json& step_output, std::stop_token)> undo;
+  std::function<void(const UndoRequest& request, std::stop_token)> undo;
 };
 
 class Registry {
@@ -296,6 +304,12 @@ class Coordinator {
   // Idempotent on instance_id (1-255 characters of [A-Za-z0-9_.:-]). InvalidArgument for a bad
   // id or a workflow not in the registry.
   Created create(std::string_view workflow, const std::string& instance_id, const json& input);
+  // Creates up to kMaxBatch instances of one workflow in one statement (one commit), each
+  // idempotent on its id like create(); returns how many were new. InvalidArgument (nothing
+  // created) for a bad id, an unknown workflow, or a batch too large.
+  static constexpr std::size_t kMaxBatch = 10'000;
+  int create_batch(std::string_view workflow,
+                   const std::vector<std::pair<std::string, json>>& instances);
   // Buffered until a wait takes it. Idempotent on (instance, dedupe_key): the second send
   // returns false. NotFound for an unknown instance.
   bool send_event(const std::string& instance_id, const std::string& type, const json& payload,

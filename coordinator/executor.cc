@@ -284,8 +284,12 @@ void Executor::State::heartbeat_loop(const std::atomic<bool>& quit) {
                                       static_cast<std::int64_t>(options.lease_ttl.count()))) {
         kept.insert(row[0].as<std::string>());
       }
+      std::lock_guard held_lock(mu);
       for (const auto& [instance, flag] : flags) {
         if (kept.contains(instance)) continue;
+        // A replay that ended since the snapshot released its lease itself: not lost.
+        const auto it = held.find(instance);
+        if (it == held.end() || it->second.lost != flag) continue;
         spdlog::warn("coordinator {}: lost instance {}; its replay stops", id, instance);
         *flag = true;
       }
@@ -328,18 +332,22 @@ void Executor::State::wait_for_work() {
     if (take_wakeup()) return;
   }
   std::int64_t wait_ms = options.poll_interval.count();
+  // The due time is measured from the query's start: the wait is too.
+  const auto asked = std::chrono::steady_clock::now();
   try {
     auto conn = pool.acquire();
     pqxx::nontransaction tx(*conn);
     const auto rows = pg::exec(tx, sql::kNextDue, names);
     if (!rows.empty() && !rows[0][0].is_null()) {
-      // Overdue but not claimable (another executor holds it): look again shortly.
-      wait_ms = std::clamp<std::int64_t>(rows[0][0].as<std::int64_t>(), 20, wait_ms);
+      const std::int64_t due_in = rows[0][0].as<std::int64_t>();
+      // Due now but not claimable (another executor holds it, or a claim raced ours): look again
+      // shortly. Else wake when it is due (rounded up: waking early finds nothing).
+      wait_ms = due_in <= 0 ? 20 : std::min(due_in, wait_ms);
     }
   } catch (const std::exception& e) {
     spdlog::error("coordinator {}: looking for due instances: {}", id, e.what());
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  const auto until = asked + std::chrono::milliseconds(wait_ms);
   std::unique_lock lock(mu);
   while (!stop && !take_wakeup() && std::chrono::steady_clock::now() < until) {
     work.wait_until(

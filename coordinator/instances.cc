@@ -139,15 +139,43 @@ std::vector<std::string> Registry::runnable_names() const {
 Coordinator::Coordinator(pg::Pool& pool, const Registry& registry)
     : pool_(pool), registry_(registry) {}
 
-Created Coordinator::create(std::string_view workflow, const std::string& instance_id,
-                            const json& input) {
-  check_instance_id(instance_id, "instance_id");
-  const Registration* r = registry_.find(workflow);
+namespace {
+
+const Registration& registered(const Registry& registry, std::string_view workflow) {
+  const Registration* r = registry.find(workflow);
   if (!r) {
     throw InvalidArgument(
         "no workflow named '" + std::string(workflow.substr(0, 64)) + "' is registered",
         {{"field", "workflow"}});
   }
+  return *r;
+}
+
+}  // namespace
+
+int Coordinator::create_batch(std::string_view workflow,
+                              const std::vector<std::pair<std::string, json>>& instances) {
+  if (instances.size() > kMaxBatch) {
+    throw InvalidArgument("a batch creates at most " + std::to_string(kMaxBatch) +
+                          " instances, not " + std::to_string(instances.size()));
+  }
+  const Registration& r = registered(registry_, workflow);
+  json batch = json::array();
+  for (const auto& [instance_id, input] : instances) {
+    check_instance_id(instance_id, "instance_id");
+    batch.push_back({{"id", instance_id}, {"input", input}});
+  }
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kCreateBatch, batch.dump(), r.name, r.version,
+                             static_cast<std::int64_t>(r.max_duration.count()));
+  return rows[0][0].as<int>();
+}
+
+Created Coordinator::create(std::string_view workflow, const std::string& instance_id,
+                            const json& input) {
+  check_instance_id(instance_id, "instance_id");
+  const Registration* r = &registered(registry_, workflow);
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   auto rows = pg::exec(tx, sql::kCreate, instance_id, r->name, r->version, input.dump(),

@@ -54,10 +54,10 @@ class Journal {
     {
       auto conn = pool_.acquire();
       pqxx::nontransaction tx(*conn);
-      rows = pg::exec(tx, sql::kRecordCompensation, instance_id_, generation_.value(),
-                      owed.step_key, owed.handler, std::string(state), attempts,
-                      pg::nullable(error_text), pg::nullable(due_text), std::string(what),
-                      detail.dump());
+      rows =
+          pg::exec(tx, sql::kRecordCompensation, instance_id_, generation_.value(), owed.step_key,
+                   owed.handler, std::string(state), attempts, pg::nullable(error_text),
+                   pg::nullable(due_text), std::string(what), detail.dump());
     }
     if (rows.empty()) refused("compensating step " + owed.step_key);
     after_journal_write();
@@ -66,8 +66,7 @@ class Journal {
 
   [[noreturn]] void refused(const std::string& what) const {
     throw FencedError(what + " refused: instance " + instance_id_ +
-                          " is no longer held at generation " +
-                          std::to_string(generation_.value()),
+                          " is no longer held at generation " + std::to_string(generation_.value()),
                       {{"instance_id", instance_id_}, {"generation", generation_.value()}});
   }
 
@@ -110,8 +109,8 @@ RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::strin
       end.state = "failed";
       end.step = owed.step_key;
       end.handler = owed.handler;
-      end.message = "rollback failed at step " + owed.step_key + ": compensation '" +
-                    owed.handler + "' failed";
+      end.message = "rollback failed at step " + owed.step_key + ": compensation '" + owed.handler +
+                    "' failed";
       return end;
     }
     if (owed.due_in_ms && *owed.due_in_ms > 0) throw Suspended{{owed.step_key}};
@@ -121,7 +120,7 @@ RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::strin
       const BodyOutcome outcome = run_body(
           config,
           [&](std::stop_token stop) {
-            handler->undo(owed.output, stop);
+            handler->undo(UndoRequest{instance_id, owed.step_key, owed.output, attempt}, stop);
             return json(true);
           },
           attempt);

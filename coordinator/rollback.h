@@ -12,7 +12,8 @@
 namespace runledger::coordinator {
 
 struct RollbackEnd {
-  std::string state;  // complete | stopped (a handler not registered) | failed (a handler's final error)
+  std::string
+      state;  // complete | stopped (a handler not registered) | failed (a handler's final error)
   int compensated = 0;  // compensations that have succeeded, in all executions
   std::string message;  // why it stopped or failed
   std::optional<std::string> step;

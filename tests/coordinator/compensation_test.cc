@@ -22,9 +22,9 @@ struct UndoLog {
 
   coordinator::Compensation handler(const std::string& name, StepConfig retry = {}) {
     return coordinator::Compensation{
-        name, retry, [this, name](const json& output, std::stop_token) {
+        name, retry, [this, name](const coordinator::UndoRequest& undo, std::stop_token) {
           std::lock_guard lock(mu);
-          calls.push_back(name + ":" + output.dump());
+          calls.push_back(name + ":" + undo.output.dump());
           if (failures_left > 0) {
             --failures_left;
             throw std::runtime_error(name + " could not undo yet");
@@ -45,9 +45,8 @@ json trip(coordinator::Step& step) {
   step.run("car", undo_with("cancel-car"), [](std::stop_token) { return json("c-1"); });
   step.run("note", [](std::stop_token) { return json("no undo for this one"); });
   step.run("flight", undo_with("cancel-flight"), [](std::stop_token) { return json("f-1"); });
-  step.run("pay", [](std::stop_token) -> json {
-    throw coordinator::NonRetryable("card declined");
-  });
+  step.run("pay",
+           [](std::stop_token) -> json { throw coordinator::NonRetryable("card declined"); });
   return json("booked");
 }
 

@@ -1,9 +1,10 @@
-// The crash sweep: the sweep workflow (run with a retry, sleep, wait, spawn, wait for the child,
-// run) is executed once by an executor process to count its journal writes N; then for every k
-// in 1..N an executor process is killed with SIGKILL right after its k-th write (failpoint
-// coordinator.after_write) and a fresh executor process resumes. Every execution must end with
-// the uninterrupted one's output, with one child run, and no step body may run more often than
-// the record says it ran.
+// The crash sweep: a workflow is executed once by an executor process to count its journal writes
+// N; then for every k in 1..N an executor process is killed with SIGKILL right after its k-th
+// write (failpoint coordinator.after_write) and a fresh executor process resumes. Every execution
+// must end as the uninterrupted one did (status, output, error and rollback), with one child run,
+// no step body run more often than the record says it ran, and each compensation run once.
+// Two workflows: "sweep" (run with a retry, sleep, wait, spawn, wait for the child, run) and the
+// saga of part 2 (branches, wait_any, compensation and rollback on top of those).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -29,6 +30,10 @@ struct SweepFixture : CoordinatorFixture {
     r.name = "sweep";
     r.workflow = std::make_shared<SweepWorkflow>(log.string());
     registry.add(std::move(r));
+    coordinator::Registration saga;
+    saga.name = "saga";
+    saga.workflow = std::make_shared<SagaSweepWorkflow>(log.string());
+    registry.add(std::move(saga));
   }
   ~SweepFixture() { fs::remove_all(dir); }
 
@@ -39,18 +44,26 @@ struct SweepFixture : CoordinatorFixture {
     return spawn(SWEEP_EXECUTOR, {db.url(), log.string()}, env, output.string());
   }
 
-  // Creates instance `id` with its "go" event already buffered.
-  void create_instance(const std::string& id) {
-    create("sweep", id);
-    client().send_event(id, "go", {{"ok", true}}, "go");
+  // Creates instance `id` of `workflow` with the events it waits for already buffered.
+  void create_instance(const std::string& workflow, const std::string& id) {
+    create(workflow, id);
+    if (workflow == "sweep") {
+      client().send_event(id, "go", {{"ok", true}}, "go");
+    } else {
+      client().send_event(id, "approve", {{"n", 1}}, "approve");
+      client().send_event(id, "cancel", {{"n", 2}}, "cancel");
+    }
   }
 
-  bool wait_until_complete(const std::string& id, std::chrono::seconds limit) {
+  bool ended(const std::string& id) {
+    const auto s = status(id);
+    return s == coordinator::InstanceStatus::complete || s == coordinator::InstanceStatus::errored;
+  }
+
+  bool wait_until_ended(const std::string& id, std::chrono::seconds limit) {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < until) {
-      const auto s = status(id);
-      if (s == coordinator::InstanceStatus::complete || s == coordinator::InstanceStatus::errored)
-        return true;
+      if (ended(id)) return true;
       std::this_thread::sleep_for(20ms);
     }
     return false;
@@ -84,21 +97,29 @@ class ChildFinisher {
   std::thread thread_;
 };
 
-}  // namespace
-
-TEST_CASE("crash sweep: an executor killed after any journal write is resumed to the same end") {
+// Sweeps `workflow`: N from an uninterrupted execution, then one killed execution per k.
+void sweep(const std::string& workflow) {
   SweepFixture f;
   ChildFinisher children(f.ledger);
 
-  // The uninterrupted execution: its output, and N.
-  f.create_instance("sweep-0");
+  // The uninterrupted execution: its end, and N.
+  const std::string reference_id = workflow + "-0";
+  f.create_instance(workflow, reference_id);
   const fs::path count_output = f.dir / "count.out";
   const pid_t counter = f.start_executor("coordinator.after_write=kill@1000000", count_output);
-  REQUIRE(f.wait_until_complete("sweep-0", 60s));
+  REQUIRE(f.wait_until_ended(reference_id, 60s));
   kill(counter, SIGTERM);
   REQUIRE(wait_exit(counter) == 0);
-  const auto reference = f.client().get("sweep-0");
-  REQUIRE(reference.status == coordinator::InstanceStatus::complete);
+  const auto reference = f.client().get(reference_id);
+  if (workflow == "saga") {
+    REQUIRE(reference.status == coordinator::InstanceStatus::errored);
+    REQUIRE(reference.error["message"] == "the truck is full");
+    REQUIRE(reference.error["rollback"] == json{{"state", "complete"}, {"compensated", 2}});
+    // approve won the wait_any; the cancel stayed buffered and went to the next wait.
+    REQUIRE(f.client().steps(reference_id).size() >= 9);
+  } else {
+    REQUIRE(reference.status == coordinator::InstanceStatus::complete);
+  }
   int writes = 0;
   {
     std::ifstream in(count_output);
@@ -106,19 +127,20 @@ TEST_CASE("crash sweep: an executor killed after any journal write is resumed to
       if (line.rfind("journal writes: ", 0) == 0) writes = std::stoi(line.substr(16));
     }
   }
-  std::printf("crash sweep: N = %d journal writes, output %s\n", writes,
-              reference.output.dump().c_str());
+  std::printf("crash sweep %s: N = %d journal writes, %s, output %s, error %s\n", workflow.c_str(),
+              writes, std::string(to_string(reference.status)).c_str(),
+              reference.output.dump().c_str(), reference.error.dump().c_str());
   REQUIRE(writes >= 8);
 
   int kills = 0;
   for (int k = 1; k <= writes; ++k) {
-    const std::string id = "sweep-" + std::to_string(k);
-    f.create_instance(id);
+    const std::string id = workflow + "-" + std::to_string(k);
+    f.create_instance(workflow, id);
     const pid_t doomed = f.start_executor("coordinator.after_write=kill@" + std::to_string(k),
                                           f.dir / ("killed-" + std::to_string(k) + ".out"));
     // N depends a little on timing (a sleep or a child already done when the replay reaches it
     // saves a suspension), so the last k may be past this execution's writes: then the instance
-    // completes without the kill, and the executor is stopped.
+    // ends without the kill, and the executor is stopped.
     const auto until = std::chrono::steady_clock::now() + 60s;
     for (;;) {
       int status = 0;
@@ -127,7 +149,7 @@ TEST_CASE("crash sweep: an executor killed after any journal write is resumed to
         ++kills;
         break;
       }
-      if (f.status(id) == coordinator::InstanceStatus::complete) {
+      if (f.ended(id)) {
         kill(doomed, SIGTERM);
         wait_exit(doomed);
         break;
@@ -138,7 +160,7 @@ TEST_CASE("crash sweep: an executor killed after any journal write is resumed to
     // The killed executor's lease (30 s) has not expired: the fresh one waits for nothing else.
     f.db.advance_clock(31s);
     const pid_t fresh = f.start_executor("", f.dir / ("fresh-" + std::to_string(k) + ".out"));
-    const bool done = f.wait_until_complete(id, 60s);
+    const bool done = f.wait_until_ended(id, 60s);
     kill(fresh, SIGTERM);
     // It may have had nothing to do (killed after its last write) and not even be up yet.
     const int fresh_exit = wait_exit(fresh);
@@ -146,17 +168,36 @@ TEST_CASE("crash sweep: an executor killed after any journal write is resumed to
     REQUIRE(done);
     INFO("killed after journal write " << k);
     const auto resumed = f.client().get(id);
-    CHECK(resumed.status == coordinator::InstanceStatus::complete);
+    CHECK(resumed.status == reference.status);
     CHECK(resumed.output == reference.output);
+    CHECK(resumed.error == reference.error);
     CHECK(f.sql("SELECT count(*) FROM live_runs WHERE parent_instance_id = '" + id + "'")[0][0]
               .as<int>() == 1);
-    const SweepWorkflow counter_view(f.log.string());
+    const std::string log = f.log.string();
     for (const auto& s : f.client().steps(id)) {
       if (s.kind != "run") continue;
-      const std::string name = s.step_key.substr(0, s.step_key.find('#'));
-      CHECK(counter_view.executions(id, name) == s.attempts);
+      // A branch's key is "fan#1/0/left#1": the body is logged under its last name.
+      const std::string last = s.step_key.substr(s.step_key.rfind('/') + 1);
+      const std::string name = last.substr(0, last.find('#'));
+      CHECK(SweepWorkflow::count_executions(log, id, name) == s.attempts);
+    }
+    if (workflow == "saga") {
+      CHECK(SweepWorkflow::count_executions(log, id, "undo-refund") == 1);
+      CHECK(SweepWorkflow::count_executions(log, id, "undo-release") == 1);
     }
   }
-  std::printf("crash sweep: %d of %d executions killed after their k-th write\n", kills, writes);
+  std::printf("crash sweep %s: %d of %d executions killed after their k-th write\n",
+              workflow.c_str(), kills, writes);
   CHECK(kills >= writes - 2);
+}
+
+}  // namespace
+
+TEST_CASE("crash sweep: an executor killed after any journal write is resumed to the same end") {
+  sweep("sweep");
+}
+
+TEST_CASE(
+    "crash sweep: a saga with branches, wait_any and a rollback ends the same after any kill") {
+  sweep("saga");
 }

@@ -40,23 +40,22 @@ TEST_CASE("all() runs its branches side by side, each step named by its branch")
     if (!cv.wait_for(lock, 10s, [&] { return started >= 2; })) met = false;
   };
   f.add("fan", [&](const json&, coordinator::Step& step) {
-    const auto values = step.all("fan", std::vector<Branch>{
-                                            [&](coordinator::Step& b) {
-                                              return b.run("fetch", [&](std::stop_token) {
-                                                meet();
-                                                return json("left");
-                                              });
-                                            },
-                                            [&](coordinator::Step& b) {
-                                              b.run("fetch", [&](std::stop_token) {
-                                                meet();
-                                                return json(1);
-                                              });
-                                              return b.run("fetch", [](std::stop_token) {
-                                                return json("right");
-                                              });
-                                            },
-                                        });
+    const auto values =
+        step.all("fan", std::vector<Branch>{
+                            [&](coordinator::Step& b) {
+                              return b.run("fetch", [&](std::stop_token) {
+                                meet();
+                                return json("left");
+                              });
+                            },
+                            [&](coordinator::Step& b) {
+                              b.run("fetch", [&](std::stop_token) {
+                                meet();
+                                return json(1);
+                              });
+                              return b.run("fetch", [](std::stop_token) { return json("right"); });
+                            },
+                        });
     return json(values);
   });
   f.create("fan", "i-1");
@@ -72,22 +71,22 @@ TEST_CASE("a waiting branch makes the instance wait; finished branches are not r
   CoordinatorFixture f;
   std::atomic<int> quick_runs{0};
   f.add("fan", [&](const json&, coordinator::Step& step) {
-    const auto values = step.all(
-        "fan", std::vector<Branch>{
-                   [&](coordinator::Step& b) {
-                     return b.run("quick", [&](std::stop_token) {
-                       ++quick_runs;
-                       return json("quick");
-                     });
-                   },
-                   [&](coordinator::Step& b) {
-                     b.sleep("nap", 5s);
-                     return json("slept");
-                   },
-                   [&](coordinator::Step& b) {
-                     return b.wait_for_event("ok", EventWait{"ok", json::object(), 60s});
-                   },
-               });
+    const auto values =
+        step.all("fan", std::vector<Branch>{
+                            [&](coordinator::Step& b) {
+                              return b.run("quick", [&](std::stop_token) {
+                                ++quick_runs;
+                                return json("quick");
+                              });
+                            },
+                            [&](coordinator::Step& b) {
+                              b.sleep("nap", 5s);
+                              return json("slept");
+                            },
+                            [&](coordinator::Step& b) {
+                              return b.wait_for_event("ok", EventWait{"ok", json::object(), 60s});
+                            },
+                        });
     return json(values);
   });
   f.create("fan", "i-1");
@@ -110,9 +109,8 @@ TEST_CASE("all() re-throws the lowest-numbered failed branch once every branch h
   std::atomic<bool> last_ran{false};
   f.add("fan", [&](const json&, coordinator::Step& step) {
     std::vector<Branch> branches;
-    branches.push_back([](coordinator::Step& b) {
-      return b.run("ok", [](std::stop_token) { return json(0); });
-    });
+    branches.push_back(
+        [](coordinator::Step& b) { return b.run("ok", [](std::stop_token) { return json(0); }); });
     for (int i = 1; i <= 2; ++i) {
       branches.push_back([i](coordinator::Step& b) -> json {
         return b.run("boom", [i](std::stop_token) -> json {
@@ -144,10 +142,8 @@ TEST_CASE("branches nest, and their identity is the path of branch numbers") {
   f.add("nest", [&](const json&, coordinator::Step& step) {
     const auto inner = [](coordinator::Step& b) {
       const auto v = b.all("in", std::vector<Branch>{[](coordinator::Step& c) {
-                                                      return c.run("x", [](std::stop_token) {
-                                                        return json(1);
-                                                      });
-                                                    }});
+                             return c.run("x", [](std::stop_token) { return json(1); });
+                           }});
       return v[0];
     };
     return json(step.all("out", std::vector<Branch>{inner, inner}));
@@ -156,8 +152,8 @@ TEST_CASE("branches nest, and their identity is the path of branch numbers") {
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   CHECK(f.client().get("i-1").output == json::array({1, 1}));
-  CHECK(step_keys(f, "i-1") == std::vector<std::string>{"out#1/0/in#1/0/x#1",
-                                                        "out#1/1/in#1/0/x#1"});
+  CHECK(step_keys(f, "i-1") ==
+        std::vector<std::string>{"out#1/0/in#1/0/x#1", "out#1/1/in#1/0/x#1"});
 }
 
 TEST_CASE("wait_any takes the first matching event; a later event for the other stays buffered") {
@@ -167,8 +163,7 @@ TEST_CASE("wait_any takes the first matching event; a later event for the other 
         "decision",
         {EventMatch{"approved", json::object()}, EventMatch{"rejected", {{"final", true}}}}, 60s);
     // The alternative that lost is cancelled: its event, sent later, is left for this wait.
-    const json rejected =
-        step.wait_for_event("later", EventWait{"rejected", json::object(), 60s});
+    const json rejected = step.wait_for_event("later", EventWait{"rejected", json::object(), 60s});
     return json{{"index", first.index}, {"payload", first.payload}, {"later", rejected}};
   });
   f.create("either", "i-1");
@@ -188,9 +183,10 @@ TEST_CASE("wait_any takes the first matching event; a later event for the other 
   CHECK(instance.output["payload"] == json{{"by", "bob"}});
   // The oldest unconsumed "rejected" event (n = 1) went to the later wait; n = 2 is still there.
   CHECK(instance.output["later"]["n"] == 1);
-  CHECK(f.sql("SELECT count(*) FROM wf_events WHERE instance_id = 'i-1' AND consumed_by IS NULL")[0]
-                [0]
-                    .as<int>() == 1);
+  CHECK(
+      f.sql(
+           "SELECT count(*) FROM wf_events WHERE instance_id = 'i-1' AND consumed_by IS NULL")[0][0]
+          .as<int>() == 1);
 }
 
 TEST_CASE("wait_any reports which alternative matched, takes buffered events, and times out") {

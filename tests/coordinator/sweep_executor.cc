@@ -1,7 +1,9 @@
 // An executor process for the crash sweep: `sweep_executor DATABASE_URL LOG_FILE`. Runs the sweep
-// workflow until SIGTERM. With RUNLEDGER_FAILPOINTS="coordinator.after_write=kill@K" it kills
-// itself with SIGKILL right after its K-th journal write; at SIGTERM it prints how many journal
-// writes it made (when that failpoint is armed, with a K it never reaches).
+// workflows ("sweep", and the saga "saga" with its compensations) until SIGTERM; branches of
+// all() one at a time, so that the k-th journal write is the same write in every execution. With
+// RUNLEDGER_FAILPOINTS="coordinator.after_write=kill@K" it kills itself with SIGKILL right after
+// its K-th journal write; at SIGTERM it prints how many journal writes it made (when that failpoint
+// is armed, with a K it never reaches).
 #include <signal.h>
 
 #include <cstdio>
@@ -34,8 +36,14 @@ int main(int argc, char** argv) {
   r.name = "sweep";
   r.workflow = std::make_shared<testing::SweepWorkflow>(argv[2]);
   registry.add(std::move(r));
+  coordinator::Registration saga;
+  saga.name = "saga";
+  saga.workflow = std::make_shared<testing::SagaSweepWorkflow>(argv[2]);
+  registry.add(std::move(saga));
+  testing::SagaSweepWorkflow::register_compensations(registry, argv[2]);
   coordinator::Options options;
   options.threads = 1;
+  options.max_branch_threads = 1;
   options.poll_interval = std::chrono::milliseconds(500);
   coordinator::Executor executor(argv[1], registry, "sweep-" + std::to_string(getpid()), options);
   running = &executor;

@@ -1,0 +1,133 @@
+// Test support for workflow authors: mocks as a Step that wraps the engine's, and two statements.
+#include "coordinator/testing/testing.h"
+
+#include "errors/errors.h"
+
+namespace runledger::coordinator::testing {
+namespace {
+
+// Forced timeouts: the pending waits of a name or key, made due now, and the instance with them.
+inline constexpr pg::Statement kExpireWaits{
+    "wf_testing_expire_waits",
+    "WITH s AS (UPDATE wf_steps SET due_at = runledger_now() "
+    "  WHERE instance_id = $1 AND kind IN ('wait', 'wait_any') AND state = 'pending' "
+    "    AND $2 IN (step_key, regexp_replace(step_key, '^.*/', ''), "
+    "      split_part(regexp_replace(step_key, '^.*/', ''), '#', 1)) "
+    "  RETURNING step_key), "
+    "i AS (UPDATE wf_instances SET wake_at = runledger_now() "
+    "  WHERE instance_id = $1 AND status = 'waiting' AND EXISTS (SELECT 1 FROM s) "
+    "  RETURNING 1) "
+    "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM i)"};
+
+inline constexpr pg::Statement kMoveClock{
+    "wf_testing_move_clock",
+    "UPDATE runledger_clock SET skew = skew + make_interval(secs => $1::bigint / 1000.0)"};
+
+class MockedStep final : public Step {
+ public:
+  MockedStep(Step& inner, const Mocks& mocks) : inner_(inner), mocks_(mocks) {}
+
+  const std::string& instance_id() const override { return inner_.instance_id(); }
+
+  json run(std::string_view name, const StepConfig& config,
+           const std::function<json(std::stop_token)>& body) override {
+    const std::string key = std::string(name) + "#" + std::to_string(++counts_[std::string(name)]);
+    const Mocks::Mock* mock = mocks_.find(std::string(name), key);
+    if (!mock) return inner_.run(name, config, body);
+    return inner_.run(name, config, [mock](std::stop_token) -> json {
+      if (mock->error) throw NonRetryable(*mock->error);
+      return mock->value;
+    });
+  }
+  void sleep(std::string_view name, std::chrono::milliseconds duration) override {
+    count(name);
+    inner_.sleep(name, duration);
+  }
+  void sleep_until(std::string_view name, std::int64_t at_unix_ms) override {
+    count(name);
+    inner_.sleep_until(name, at_unix_ms);
+  }
+  json wait_for_event(std::string_view name, const EventWait& wait) override {
+    count(name);
+    return inner_.wait_for_event(name, wait);
+  }
+  AnyEvent wait_any(std::string_view name, const std::vector<EventMatch>& events,
+                    std::chrono::milliseconds timeout) override {
+    count(name);
+    return inner_.wait_any(name, events, timeout);
+  }
+  std::vector<json> all(std::string_view name, const std::vector<Branch>& branches) override {
+    count(name);
+    std::vector<Branch> mocked;
+    for (const auto& branch : branches) {
+      mocked.push_back([this, &branch](Step& step) {
+        MockedStep scope(step, mocks_);  // counts start again in each branch, as the keys do
+        return branch(scope);
+      });
+    }
+    return inner_.all(name, mocked);
+  }
+  RunId spawn(std::string_view name, ledger::DispatchRequest request) override {
+    count(name);
+    return inner_.spawn(name, std::move(request));
+  }
+
+ private:
+  void count(std::string_view name) { ++counts_[std::string(name)]; }
+
+  Step& inner_;
+  const Mocks& mocks_;
+  std::map<std::string, int> counts_;
+};
+
+class MockedWorkflow final : public Workflow {
+ public:
+  MockedWorkflow(std::shared_ptr<Workflow> inner, Mocks mocks)
+      : inner_(std::move(inner)), mocks_(std::move(mocks)) {}
+  json run(const json& input, Step& step) override {
+    MockedStep mocked(step, mocks_);
+    return inner_->run(input, mocked);
+  }
+
+ private:
+  std::shared_ptr<Workflow> inner_;
+  Mocks mocks_;
+};
+
+}  // namespace
+
+Mocks& Mocks::result(const std::string& step, json value) {
+  mocks_[step] = Mock{std::move(value), std::nullopt};
+  return *this;
+}
+
+Mocks& Mocks::error(const std::string& step, std::string message) {
+  mocks_[step] = Mock{json(), std::move(message)};
+  return *this;
+}
+
+const Mocks::Mock* Mocks::find(const std::string& name, const std::string& key) const {
+  if (const auto it = mocks_.find(key); it != mocks_.end()) return &it->second;
+  if (const auto it = mocks_.find(name); it != mocks_.end()) return &it->second;
+  return nullptr;
+}
+
+std::shared_ptr<Workflow> with_mocks(std::shared_ptr<Workflow> workflow, Mocks mocks) {
+  if (!workflow) throw InvalidArgument("with_mocks needs a workflow");
+  return std::make_shared<MockedWorkflow>(std::move(workflow), std::move(mocks));
+}
+
+int expire_waits(pg::Pool& pool, const std::string& instance_id, const std::string& step) {
+  auto conn = pool.acquire();
+  pqxx::nontransaction tx(*conn);
+  return pg::exec(tx, kExpireWaits, instance_id, step)[0][0].as<int>();
+}
+
+void move_clock(pg::Pool& pool, std::chrono::milliseconds by) {
+  if (by.count() < 0) throw InvalidArgument("the clock moves forward only");
+  auto conn = pool.acquire();
+  pqxx::nontransaction tx(*conn);
+  pg::exec(tx, kMoveClock, static_cast<std::int64_t>(by.count()));
+}
+
+}  // namespace runledger::coordinator::testing
