@@ -105,9 +105,10 @@ std::int64_t db_now_ms(ScratchDatabase& db) {
 }
 
 int count_waiting(ScratchDatabase& db, const std::string& prefix) {
-  return std::stoi(db.value("SELECT count(*) FROM wf_instances WHERE status = 'waiting' AND "
-                            "instance_id LIKE '" +
-                            prefix + "%'"));
+  return std::stoi(
+      db.value("SELECT count(*) FROM wf_instances WHERE status = 'waiting' AND "
+               "instance_id LIKE '" +
+               prefix + "%'"));
 }
 
 struct Figures {
@@ -193,8 +194,8 @@ void run(const Args& args, int instances) {
       std::this_thread::sleep_for(50ms);
       const auto instance = client.get(id);
       if (instance.status == coordinator::InstanceStatus::complete) {
-        f.wake_ms.push_back(static_cast<double>(instance.output.get<std::int64_t>() - until * 1000) /
-                            1e3);
+        f.wake_ms.push_back(
+            static_cast<double>(instance.output.get<std::int64_t>() - until * 1000) / 1e3);
         break;
       }
       if (instance.status == coordinator::InstanceStatus::errored) {
@@ -218,21 +219,23 @@ void run(const Args& args, int instances) {
       std::thread::hardware_concurrency(), kExecutorThreads, kClientThreads, kClientThreads,
       args.seconds, std::string(kInsertScript.substr(0, kInsertScript.size() - 1)).c_str());
   std::printf("\n| measurement | figure | reference |\n|---|---|---|\n");
-  std::printf("| create %d instances (create_batch of %d, %d clients) | %.1f s, %.0f/s | "
-              "pgbench %.0f rows/s (%d rows per INSERT, %d clients): ratio %.2f |\n",
-              instances, kBatch, kClientThreads, f.create_s, instances / f.create_s,
-              f.pgbench * kBatch, kBatch, kClientThreads,
-              instances / f.create_s / (f.pgbench * kBatch));
-  std::printf("| until all %d wait (each replayed to its sleep) | %.1f s from the first create | "
-              "|\n",
-              instances, f.all_waiting_s);
-  std::printf("| executor RSS | before %.1f MiB, all waiting %.1f MiB, after the wakes %.1f MiB | "
-              "|\n",
-              f.rss_before_mib, f.rss_waiting_mib, f.rss_after_mib);
-  std::printf("| wake latency of one due sleep, %d others waiting, %d samples | p50 %.2f ms, "
-              "max %.2f ms (min %.2f ms) | target < 20 ms |\n",
-              instances, kWakeSamples, percentile(f.wake_ms, 0.5), f.wake_ms.back(),
-              f.wake_ms.front());
+  std::printf(
+      "| create %d instances (create_batch of %d, %d clients) | %.1f s, %.0f/s | "
+      "pgbench %.0f rows/s (%d rows per INSERT, %d clients): ratio %.2f |\n",
+      instances, kBatch, kClientThreads, f.create_s, instances / f.create_s, f.pgbench * kBatch,
+      kBatch, kClientThreads, instances / f.create_s / (f.pgbench * kBatch));
+  std::printf(
+      "| until all %d wait (each replayed to its sleep) | %.1f s from the first create | "
+      "|\n",
+      instances, f.all_waiting_s);
+  std::printf(
+      "| executor RSS | before %.1f MiB, all waiting %.1f MiB, after the wakes %.1f MiB | "
+      "|\n",
+      f.rss_before_mib, f.rss_waiting_mib, f.rss_after_mib);
+  std::printf(
+      "| wake latency of one due sleep, %d others waiting, %d samples | p50 %.2f ms, "
+      "max %.2f ms (min %.2f ms) | target < 20 ms |\n",
+      instances, kWakeSamples, percentile(f.wake_ms, 0.5), f.wake_ms.back(), f.wake_ms.front());
 }
 
 }  // namespace
@@ -259,9 +262,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    runledger::bench::run(runledger::bench::parse_args(static_cast<int>(rest.size()), rest.data(),
-                                                       "waiting_bench"),
-                          instances);
+    runledger::bench::run(
+        runledger::bench::parse_args(static_cast<int>(rest.size()), rest.data(), "waiting_bench"),
+        instances);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "waiting_bench: %s\n", e.what());

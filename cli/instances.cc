@@ -157,8 +157,8 @@ int instances(const Args& args) {
     return 0;
   }
   if (verb == "send-event") {
-    const auto p = parse(args, verb, {"--type", "--payload", "--dedupe-key"}, 1,
-                         "send-event ID --type T [--payload JSON] [--dedupe-key K]");
+    const auto p = parse(args, verb, {"--type", "--payload", "--dedupe-key", "--by"}, 1,
+                         "send-event ID --type T [--payload JSON] [--dedupe-key K] [--by NAME]");
     const std::string type = p.required("--type");
     const json payload =
         p.get("--payload") ? parse_json(*p.get("--payload"), "--payload") : json::object();
@@ -167,7 +167,8 @@ int instances(const Args& args) {
     }
     const std::string dedupe_key = p.get("--dedupe-key").value_or(random_uuid());
     Session s;
-    const bool is_new = s.client.send_event(p.positional[0], type, payload, dedupe_key);
+    const bool is_new = s.client.send_event(p.positional[0], type, payload, dedupe_key,
+                                            p.get("--by").value_or("cli"));
     print({{"instance_id", p.positional[0]},
            {"type", type},
            {"dedupe_key", dedupe_key},

@@ -37,7 +37,7 @@ constexpr const char* kUsage = R"(usage: runledger COMMAND [ARGS]
   instances ls [--status S] [--limit N]
   instances show ID         the instance and its steps
   instances history ID
-  instances send-event ID --type T [--payload JSON] [--dedupe-key K]
+  instances send-event ID --type T [--payload JSON] [--dedupe-key K] [--by NAME]
   instances pause|resume|terminate ID --by NAME
   instances terminate ID --by NAME --rollback
                             run the compensations of its succeeded steps first

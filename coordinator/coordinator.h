@@ -310,10 +310,11 @@ class Coordinator {
   static constexpr std::size_t kMaxBatch = 10'000;
   int create_batch(std::string_view workflow,
                    const std::vector<std::pair<std::string, json>>& instances);
-  // Buffered until a wait takes it. Idempotent on (instance, dedupe_key): the second send
-  // returns false. NotFound for an unknown instance.
+  // Buffered until a wait takes it; recorded in the history ("event sent") with `by`, who sent
+  // it. Idempotent on (instance, dedupe_key): the second send returns false. NotFound for an
+  // unknown instance.
   bool send_event(const std::string& instance_id, const std::string& type, const json& payload,
-                  const std::string& dedupe_key);
+                  const std::string& dedupe_key, const std::string& by = "api");
   Instance get(const std::string& instance_id);  // NotFound
   std::vector<Instance> list(std::optional<InstanceStatus> status, int limit);
   std::vector<StepRecord> steps(const std::string& instance_id);

@@ -187,15 +187,17 @@ Created Coordinator::create(std::string_view workflow, const std::string& instan
 }
 
 bool Coordinator::send_event(const std::string& instance_id, const std::string& type,
-                             const json& payload, const std::string& dedupe_key) {
+                             const json& payload, const std::string& dedupe_key,
+                             const std::string& by) {
   check_key(type, "type");
   check_key(dedupe_key, "dedupe_key");
+  check_key(by, "by");
   if (!payload.is_object()) {
     throw InvalidArgument("an event payload is a JSON object", {{"field", "payload"}});
   }
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  if (!pg::exec(tx, sql::kSendEvent, instance_id, type, payload.dump(), dedupe_key).empty()) {
+  if (!pg::exec(tx, sql::kSendEvent, instance_id, type, payload.dump(), dedupe_key, by).empty()) {
     return true;
   }
   if (pg::exec(tx, sql::kExists, instance_id).empty()) {

@@ -69,12 +69,17 @@ inline constexpr pg::Statement kHistory{
     "SELECT id, at::text, generation, what, step_key, detail FROM wf_history "
     "WHERE instance_id = $1 ORDER BY id"};
 
-// $4 dedupe key. Returns the event id; no row when the key was used already.
+// $4 dedupe key, $5 who sent it. Returns the event id; no row when the key was used already.
 inline constexpr pg::Statement kSendEvent{
     "wf_send_event",
-    "INSERT INTO wf_events (instance_id, event_type, payload, dedupe_key) "
-    "SELECT instance_id, $2, $3::jsonb, $4 FROM wf_instances WHERE instance_id = $1 "
-    "ON CONFLICT (instance_id, dedupe_key) DO NOTHING RETURNING event_id"};
+    "WITH e AS (INSERT INTO wf_events (instance_id, event_type, payload, dedupe_key) "
+    "  SELECT instance_id, $2, $3::jsonb, $4 FROM wf_instances WHERE instance_id = $1 "
+    "  ON CONFLICT (instance_id, dedupe_key) DO NOTHING RETURNING event_id, instance_id), "
+    "h AS (INSERT INTO wf_history (instance_id, what, detail) "
+    "  SELECT instance_id, 'event sent', jsonb_build_object('event_id', event_id, 'type', "
+    "$2::text, "
+    "    'dedupe_key', $4::text, 'by', $5::text) FROM e) "
+    "SELECT event_id FROM e"};
 
 inline constexpr pg::Statement kExists{"wf_exists",
                                        "SELECT 1 FROM wf_instances WHERE instance_id = $1"};

@@ -152,3 +152,18 @@ TEST_CASE("an instance runs only on the version it started on") {
   REQUIRE(executor->run_one());
   CHECK(f.client().get("i-1").output == "v1");
 }
+
+TEST_CASE("a sent event is in the history with who sent it, once per dedupe key") {
+  CoordinatorFixture f;
+  f.add("waiter", [](const json&, coordinator::Step& step) {
+    return step.wait_for_event("go", EventWait{"go", json::object(), 600s});
+  });
+  f.create("waiter", "i-1");
+  CHECK(f.client().send_event("i-1", "go", {{"ok", true}}, "g1", "carol"));
+  CHECK_FALSE(f.client().send_event("i-1", "go", {{"ok", true}}, "g1", "carol"));
+  CHECK(history_has(f, "i-1", "event sent", "carol"));
+  int sent = 0;
+  for (const auto& h : f.client().history("i-1")) sent += h.what == "event sent";
+  CHECK(sent == 1);
+  CHECK_THROWS_AS(f.client().send_event("missing", "go", json::object(), "g1", "carol"), NotFound);
+}
