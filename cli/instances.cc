@@ -126,9 +126,10 @@ int instances(const Args& args) {
     const int limit = positive(p.get("--limit"), "--limit", 50);
     Session s;
     const auto found = s.client.list(status, limit);
-    std::printf("%-32s  %-20s  %-10s  %s\n", "INSTANCE", "WORKFLOW", "STATUS", "UPDATED");
+    std::printf("%-32s  %-24s  %-10s  %s\n", "INSTANCE", "WORKFLOW@VERSION", "STATUS", "UPDATED");
     for (const auto& i : found) {
-      std::printf("%-32s  %-20s  %-10s  %s\n", i.instance_id.c_str(), i.workflow.c_str(),
+      const std::string workflow = i.workflow + "@" + std::to_string(i.version);
+      std::printf("%-32s  %-24s  %-10s  %s\n", i.instance_id.c_str(), workflow.c_str(),
                   std::string(coordinator::to_string(i.status)).c_str(), i.updated_at.c_str());
     }
     return 0;

@@ -399,6 +399,20 @@ bool Executor::run_one() {
 void Executor::run() {
   auto& s = *state_;
   spdlog::info("coordinator {}: {} threads, workflows: {}", s.id, s.options.threads, s.names);
+  // Instances pinned to versions this executor does not run wait for an executor that does:
+  // say so, rather than leave them to look stuck.
+  try {
+    auto conn = s.pool.acquire();
+    pqxx::nontransaction tx(*conn);
+    for (const auto& row : pg::exec(tx, sql::kOtherVersions, s.names)) {
+      spdlog::warn(
+          "coordinator {}: {} unfinished instances of workflow {} are pinned to version {}, which "
+          "this executor does not run; they wait for an executor that does",
+          s.id, row[2].as<std::int64_t>(), row[0].as<std::string>(), row[1].as<int>());
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("coordinator {}: looking for instances of other versions: {}", s.id, e.what());
+  }
   std::vector<std::jthread> threads;
   threads.emplace_back([&s] { s.listen_loop(); });
   const std::atomic<bool> never{false};

@@ -119,6 +119,18 @@ inline constexpr pg::Statement kClaim{
     "   FROM wf_steps s WHERE s.instance_id = c.instance_id) AS steps "
     "FROM claimed c"};
 
+// Unfinished instances of the workflows named in $1 (a JSON array of {name, version}) that are
+// pinned to a version not in it: workflow, version, how many.
+inline constexpr pg::Statement kOtherVersions{
+    "wf_other_versions",
+    "SELECT workflow, version, count(*) FROM wf_instances "
+    "WHERE status IN ('queued', 'waiting', 'running', 'paused') "
+    "  AND workflow IN (SELECT w.name FROM jsonb_to_recordset($1::jsonb) AS w(name text, version "
+    "    int)) "
+    "  AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(name text, version int) "
+    "    WHERE w.name = workflow AND w.version = wf_instances.version) "
+    "GROUP BY workflow, version ORDER BY workflow, version"};
+
 // The earliest due time of a workflow in $1, as milliseconds from now rounded up (0 or less:
 // due). Written as the claim is (ORDER BY the due expression, LIMIT 1) so that it reads one
 // entry of wf_instances_due: min() over a semi-join is not served by the index, and scanned all
@@ -292,16 +304,31 @@ inline constexpr pg::Statement kTerminate{
     "  RETURNING instance_id, generation), " RUNLEDGER_WF_OPERATOR_HISTORY("terminated")};
 
 // Terminate with rollback: queued with the rollback requested (one already under way is kept),
-// to end terminated once an executor has run the compensations.
+// to end terminated once an executor has run the compensations; terminated at once when no
+// compensation is owed.
 inline constexpr pg::Statement kTerminateWithRollback{
     "wf_terminate_with_rollback",
-    "WITH i AS (UPDATE wf_instances SET status = 'queued', generation = generation + 1, "
+    "WITH owed AS (SELECT count(*) AS n FROM wf_steps s "
+    "  LEFT JOIN wf_compensations c USING (instance_id, step_key) "
+    "  WHERE s.instance_id = $1 AND s.kind = 'run' AND s.state = 'succeeded' "
+    "    AND s.config ? 'compensation' AND c.state IS DISTINCT FROM 'succeeded'), "
+    "done AS (SELECT count(*) AS n FROM wf_compensations "
+    "  WHERE instance_id = $1 AND state = 'succeeded'), "
+    "i AS (UPDATE wf_instances SET generation = generation + 1, "
+    "    status = CASE WHEN (SELECT n FROM owed) > 0 THEN 'queued' ELSE 'terminated' END, "
+    "    finished_at = CASE WHEN (SELECT n FROM owed) > 0 THEN NULL ELSE runledger_now() END, "
+    "    error = CASE WHEN (SELECT n FROM owed) > 0 THEN error ELSE jsonb_build_object("
+    "      'message', 'terminated by ' || $2::text, 'kind', 'terminated', 'rollback', "
+    "      jsonb_build_object('state', 'complete', 'compensated', (SELECT n FROM done))) END, "
     "    rollback = coalesce(rollback, '{}'::jsonb) || "
     "      jsonb_build_object('reason', 'terminate', 'by', $2::text), "
     "    owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = runledger_now() "
     "  WHERE instance_id = $1 AND status IN ('queued', 'running', 'waiting', 'paused') "
-    "  RETURNING instance_id, generation), " RUNLEDGER_WF_OPERATOR_HISTORY(
-        "terminating with rollback")};
+    "  RETURNING instance_id, generation, status), "
+    "h AS (INSERT INTO wf_history (instance_id, generation, what, detail) "
+    "  SELECT instance_id, generation, CASE status WHEN 'queued' THEN 'terminating with rollback' "
+    "    ELSE 'terminated' END, jsonb_build_object('by', $2::text, 'rollback', true) FROM i) "
+    "SELECT 1 FROM i"};
 
 // Restart from step $3: discards it and every step recorded after it (their compensations with
 // them), queues the instance with a fresh deadline of the same length and no rollback, and

@@ -194,3 +194,19 @@ TEST_CASE("terminate with rollback undoes the succeeded steps of a waiting insta
   CHECK_THROWS_AS(f.client().restart("i-1", "go#1", "alice"), Conflict);
   CHECK(f.client().restart("i-1", "hotel#1", "alice") == 2);
 }
+
+TEST_CASE("terminate with rollback ends at once when no compensation is owed") {
+  CoordinatorFixture f;
+  f.add("plain", [](const json&, coordinator::Step& step) {
+    step.run("note", [](std::stop_token) { return json(1); });
+    return step.wait_for_event("go", EventWait{"go", json::object(), 600s});
+  });
+  f.create("plain", "i-1");
+  REQUIRE(f.executor()->run_one());
+  f.client().terminate("i-1", "alice", true);
+  const auto instance = f.client().get("i-1");
+  CHECK(instance.status == InstanceStatus::terminated);
+  CHECK(instance.error["rollback"]["compensated"] == 0);
+  CHECK(history_has(f, "i-1", "terminated"));
+  CHECK_THROWS_AS(f.client().terminate("i-1", "alice", true), Conflict);
+}
