@@ -105,3 +105,38 @@ TEST_CASE("a running executor is woken by a creation and by an event, not by pol
   loop.join();
   CHECK(f.client().get("i-1").output == json{{"input", {{"n", 1}}}, {"event", {{"ok", true}}}});
 }
+
+TEST_CASE(
+    "an executor claims the oldest due instance across its workflows, past others' due ones") {
+  CoordinatorFixture f;
+  std::vector<std::string> order;
+  f.add("a", [&](const json&, coordinator::Step& step) {
+    order.push_back(step.instance_id());
+    return json(1);
+  });
+  f.add("b", [&](const json&, coordinator::Step& step) {
+    order.push_back(step.instance_id());
+    return json(1);
+  });
+  f.add("elsewhere", [](const json&, coordinator::Step&) { return json(1); });
+  // Due instances of a workflow this executor does not run come first: never claimed, not in
+  // the way.
+  std::vector<std::pair<std::string, json>> stranded;
+  for (int i = 0; i < 200; ++i) stranded.emplace_back("x-" + std::to_string(i), json::object());
+  CHECK(f.client().create_batch("elsewhere", stranded) == 200);
+  CHECK(f.client().create_batch("elsewhere", stranded) == 0);  // idempotent on the ids
+  f.create("b", "b-1");
+  f.db.advance_clock(10ms);
+  f.create("a", "a-1");
+  f.db.advance_clock(10ms);
+  f.create("b", "b-2");
+  coordinator::Registry mine;
+  for (const auto* name : {"a", "b"}) mine.add(*f.registry.find(name));
+  coordinator::Executor executor(f.db.url(), mine, "executor-ab");
+  while (executor.run_one()) {
+  }
+  CHECK(order == std::vector<std::string>{"b-1", "a-1", "b-2"});
+  CHECK(f.status("x-0") == InstanceStatus::queued);
+  CHECK_THROWS_AS(f.client().create_batch("elsewhere", {{"bad id", json::object()}}),
+                  InvalidArgument);
+}
