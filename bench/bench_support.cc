@@ -564,6 +564,18 @@ double Pgbench::script_tps(const std::filesystem::path& script_file, int clients
       run({"-n", "-f", script_file.string(), "-c", c, "-j", c, "-T", std::to_string(seconds)}));
 }
 
+double Pgbench::first_statement_ms(const std::filesystem::path& script_file, int seconds) const {
+  const std::string output =
+      run({"-n", "-r", "-f", script_file.string(), "-T", std::to_string(seconds)});
+  // After "statement latencies in milliseconds...": one line per command, its latency first.
+  const auto header = output.find("statement latencies");
+  if (header != std::string::npos) {
+    const auto line = output.find('\n', header);
+    if (line != std::string::npos) return std::stod(output.substr(line + 1));
+  }
+  throw std::runtime_error("no statement latencies in pgbench's output:\n" + output);
+}
+
 std::string Pgbench::run(const std::vector<std::string>& options) const {
   std::vector<std::string> argv{program_};
   argv.insert(argv.end(), options.begin(), options.end());

@@ -172,6 +172,8 @@ class Pgbench {
   double simple_update_tps(int clients, int seconds) const;
   // The transaction in `script_file` (-f), one thread per client, no vacuum before it (-n).
   double script_tps(const std::filesystem::path& script_file, int clients, int seconds) const;
+  // The mean latency in ms of the first statement of `script_file`, 1 client (-r).
+  double first_statement_ms(const std::filesystem::path& script_file, int seconds) const;
 
  private:
   std::string run(const std::vector<std::string>& options) const;

@@ -86,6 +86,10 @@ struct Executor::State {
     }
     work.notify_one();
   }
+  // The due time one idle worker sleeps until (the others wait for notifications), and whether
+  // that worker left before it, so that another takes its place. Guarded by mu.
+  std::optional<std::chrono::steady_clock::time_point> timed_wake;
+  bool retime = false;
   // Instances being replayed: id -> (generation, lost flag). Guarded by mu.
   struct Held {
     Generation generation;
@@ -347,11 +351,40 @@ void Executor::State::wait_for_work() {
   } catch (const std::exception& e) {
     spdlog::error("coordinator {}: looking for due instances: {}", id, e.what());
   }
-  const auto until = asked + std::chrono::milliseconds(wait_ms);
+  auto until = asked + std::chrono::milliseconds(wait_ms);
   std::unique_lock lock(mu);
-  while (!stop && !take_wakeup() && std::chrono::steady_clock::now() < until) {
+  // One idle worker sleeps until the earliest due time; the others until a notification or the
+  // poll. Woken all at once, they would all claim, and on 2 cores the losers' queries slow the
+  // winner's replay (the wake latency of a due sleep).
+  bool timed = false;
+  if (wait_ms < options.poll_interval.count()) {
+    if (!timed_wake || until < *timed_wake) {
+      timed_wake = until;
+      timed = true;
+    } else {
+      until = asked + options.poll_interval;
+    }
+  }
+  bool woken = false;
+  while (!stop && std::chrono::steady_clock::now() < until) {
+    if (take_wakeup()) {
+      woken = true;
+      break;
+    }
+    if (!timed && retime) {  // the timed worker left early: recompute, and take its place
+      retime = false;
+      break;
+    }
     work.wait_until(
         lock, std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+  }
+  if (timed && timed_wake == until) {
+    timed_wake.reset();
+    if (woken) {
+      retime = true;
+      lock.unlock();
+      work.notify_one();
+    }
   }
 }
 
@@ -360,6 +393,8 @@ void Executor::State::worker_loop() {
     bool worked = false;
     try {
       if (auto claimed = claim()) {
+        // More may be due (a burst, or several at one time): another idle worker looks too.
+        add_wakeup();
         replay(std::move(*claimed));
         worked = true;
       }
