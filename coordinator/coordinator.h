@@ -47,6 +47,9 @@
 //
 // Thread-safety: Registry is immutable once an Executor or Coordinator uses it. Coordinator is
 // thread-safe. Executor runs its own threads; its public methods may be called from any thread.
+// A Step belongs to the thread running the workflow (or its branch of all(): each branch gets a
+// Step of its own, so branches must be safe to run side by side). Workflow objects and
+// compensation handlers serve several instances at once, one per executor thread.
 #pragma once
 
 #include <atomic>
