@@ -27,6 +27,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bench/bench_support.h"
+#include "bench/executor_process.h"
 #include "coordinator/coordinator.h"
 #include "ids/ids.h"
 #include "migrations/migrations.h"
@@ -93,23 +94,6 @@ coordinator::Registry registry() {
   unclaimed.name = "bench.unclaimed";
   r.add(std::move(unclaimed));
   return r;
-}
-
-coordinator::Executor* g_executor = nullptr;
-void stop_executor(int) {
-  if (g_executor) g_executor->request_stop();
-}
-
-// The --executor mode: an executor process until SIGTERM.
-int executor_main(const std::string& url) {
-  const auto r = registry();
-  coordinator::Options options;
-  options.threads = 2;
-  coordinator::Executor executor(url, r, "bench-executor-" + std::to_string(getpid()), options);
-  g_executor = &executor;
-  signal(SIGTERM, stop_executor);
-  executor.run();
-  return 0;
 }
 
 struct Figures {
@@ -182,12 +166,7 @@ Latencies create_to_first_step(const std::string& url, coordinator::Coordinator&
     out.create_alone_ms.push_back(static_cast<double>(monotonic_ns() - created) / 1e6);
     std::this_thread::sleep_for(5ms);
   }
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    execl("/proc/self/exe", "coordinator_bench", "--executor", url.c_str(), nullptr);
-    _exit(127);
-  }
+  const ExecutorProcess executor("coordinator_bench", url);
   std::this_thread::sleep_for(1500ms);  // the executor is up, idle and listening
   for (int i = 0; i < kLatencySamples; ++i) {
     check_interrupted();
@@ -209,9 +188,6 @@ Latencies create_to_first_step(const std::string& url, coordinator::Coordinator&
     }
     std::this_thread::sleep_for(20ms);  // idle again
   }
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
   std::sort(out.total_ms.begin(), out.total_ms.end());
   std::sort(out.create_ms.begin(), out.create_ms.end());
   std::sort(out.create_alone_ms.begin(), out.create_alone_ms.end());
@@ -289,7 +265,8 @@ void run(const Args& args) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--executor") == 0) {
-    return runledger::bench::executor_main(argv[2]);
+    // 2 threads: an idle executor as a deployment would run one.
+    return runledger::bench::run_executor_until_sigterm(argv[2], runledger::bench::registry(), 2);
   }
   spdlog::set_default_logger(spdlog::stderr_color_mt("coordinator_bench"));
   runledger::bench::install_signal_handlers();

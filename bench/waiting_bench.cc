@@ -31,6 +31,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bench/bench_support.h"
+#include "bench/executor_process.h"
 #include "coordinator/coordinator.h"
 #include "ids/ids.h"
 #include "migrations/migrations.h"
@@ -75,22 +76,6 @@ coordinator::Registry registry() {
   return r;
 }
 
-coordinator::Executor* g_executor = nullptr;
-void stop_executor(int) {
-  if (g_executor) g_executor->request_stop();
-}
-
-int executor_main(const std::string& url) {
-  const auto r = registry();
-  coordinator::Options options;
-  options.threads = kExecutorThreads;
-  coordinator::Executor executor(url, r, "bench-executor-" + std::to_string(getpid()), options);
-  g_executor = &executor;
-  signal(SIGTERM, stop_executor);
-  executor.run();
-  return 0;
-}
-
 // VmRSS of `pid` in MiB.
 double rss_mib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -132,20 +117,8 @@ void run(const Args& args, int instances) {
   pg::Pool pool(server.url, kClientThreads + 1);
   coordinator::Coordinator client(pool, r);
 
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    execl("/proc/self/exe", "waiting_bench", "--executor", server.url.c_str(), nullptr);
-    _exit(127);
-  }
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      kill(pid, SIGTERM);
-      int status = 0;
-      waitpid(pid, &status, 0);
-    }
-  } reap{pid};
+  const ExecutorProcess executor("waiting_bench", server.url);
+  const pid_t pid = executor.pid();
   std::this_thread::sleep_for(1500ms);  // the executor is up, idle and listening
   Figures f;
   f.rss_before_mib = rss_mib(pid);
@@ -243,7 +216,8 @@ void run(const Args& args, int instances) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--executor") == 0) {
-    return runledger::bench::executor_main(argv[2]);
+    return runledger::bench::run_executor_until_sigterm(argv[2], runledger::bench::registry(),
+                                                        runledger::bench::kExecutorThreads);
   }
   spdlog::set_default_logger(spdlog::stderr_color_mt("waiting_bench"));
   runledger::bench::install_signal_handlers();

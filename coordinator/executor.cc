@@ -245,12 +245,9 @@ bool Executor::State::record_end(const std::string& instance_id, Generation gene
     rows = pg::exec(tx, sql::kSuspend, instance_id, generation.value(), event_seq,
                     pg::nullable(step), keys.dump());
   } else {
-    std::optional<std::string> output_text, error_text;
-    if (error.is_null()) {
-      output_text = output.dump();
-    } else {
-      error_text = error.dump();
-    }
+    // An errored instance has no output.
+    const auto output_text = error.is_null() ? json_text(output) : std::nullopt;
+    const auto error_text = json_text(error);
     rows = pg::exec(tx, sql::kFinish, instance_id, generation.value(), status,
                     pg::nullable(output_text), pg::nullable(error_text), pg::nullable(step));
   }

@@ -35,6 +35,14 @@ json json_from(const pqxx::field& field) {
   return field.is_null() ? json() : json::parse(field.c_str());
 }
 
+std::optional<std::string> json_text(const json& value) {
+  return value.is_null() ? std::nullopt : std::optional<std::string>(value.dump());
+}
+
+std::optional<std::string> int_text(std::optional<std::int64_t> value) {
+  return value ? std::optional<std::string>(std::to_string(*value)) : std::nullopt;
+}
+
 Instance instance_from_row(const pqxx::row& row) {
   return Instance{
       .instance_id = row[0].as<std::string>(),

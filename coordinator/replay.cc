@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "coordinator/attempt.h"
+#include "coordinator/rows.h"
 #include "coordinator/statements.h"
 #include "digest/digest.h"
 #include "errors/errors.h"
@@ -144,12 +145,9 @@ bool Replay::record_step(const std::string& key, std::string_view kind, const js
                          std::string_view state, int attempts, const json& output,
                          const json& error, std::optional<std::int64_t> due_in_ms,
                          std::string_view what, const json& detail) {
-  const std::optional<std::string> output_text =
-      output.is_null() ? std::nullopt : std::optional<std::string>(output.dump());
-  const std::optional<std::string> error_text =
-      error.is_null() ? std::nullopt : std::optional<std::string>(error.dump());
-  const std::optional<std::string> due_text =
-      due_in_ms ? std::optional<std::string>(std::to_string(*due_in_ms)) : std::nullopt;
+  const auto output_text = json_text(output);
+  const auto error_text = json_text(error);
+  const auto due_text = int_text(due_in_ms);
   pqxx::result rows;
   {
     auto conn = pool_.acquire();
@@ -245,10 +243,7 @@ void Replay::sleep(const std::string& key, std::optional<std::int64_t> until_uni
   check_deadline(key);
   bool is_due = false;
   {
-    const auto text = [](std::optional<std::int64_t> v) {
-      return v ? std::optional<std::string>(std::to_string(*v)) : std::nullopt;
-    };
-    const auto until = text(until_unix_ms), duration = text(duration_ms);
+    const auto until = int_text(until_unix_ms), duration = int_text(duration_ms);
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
     const auto rows =

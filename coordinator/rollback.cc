@@ -46,10 +46,8 @@ class Journal {
   // Returns whether the compensation's due time has passed.
   bool record(const Owed& owed, std::string_view state, int attempts, const json& error,
               std::optional<std::int64_t> due_in_ms, std::string_view what, const json& detail) {
-    const std::optional<std::string> error_text =
-        error.is_null() ? std::nullopt : std::optional<std::string>(error.dump());
-    const std::optional<std::string> due_text =
-        due_in_ms ? std::optional<std::string>(std::to_string(*due_in_ms)) : std::nullopt;
+    const auto error_text = json_text(error);
+    const auto due_text = int_text(due_in_ms);
     pqxx::result rows;
     {
       auto conn = pool_.acquire();
