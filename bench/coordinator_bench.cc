@@ -9,7 +9,8 @@
 //     monotonic clock (system-wide on Linux), which is compared with the time create() was
 //     called. p50/p99 over kLatencySamples creations, one at a time.
 //  Reference, same cluster, same run: pgbench with a single-row INSERT script, 1 and 8 clients.
-//  Every completed step is one statement and one commit (INSERT wf_steps + history, fenced).
+//  Every completed step is one statement and at most one commit (INSERT wf_steps + history,
+//  fenced); the records of concurrent replays share one (the executor's group commit).
 //
 // Usage: coordinator_bench [--seconds N]   (pgbench's seconds per measurement, default 5)
 // Starts a throwaway durable embedded cluster under /tmp, unless DATABASE_URL names a scratch
@@ -233,7 +234,8 @@ void run(const Args& args) {
 
   for (const auto& line : db.server_lines(server)) std::printf("%s\n", line.c_str());
   std::printf(
-      "%u CPUs; a step: step.run of a trivial body = one statement, one commit; reference: "
+      "%u CPUs; a step: step.run of a trivial body = one statement, at most one commit "
+      "(concurrent replays' records share one); reference: "
       "pgbench -n -f insert.sql -T %d, insert.sql: %s\n",
       std::thread::hardware_concurrency(), args.seconds,
       std::string(kInsertScript.substr(0, kInsertScript.size() - 1)).c_str());

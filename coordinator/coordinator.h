@@ -43,7 +43,9 @@
 //  - An executor runs an instance only on the version it was created with; an instance of a
 //    version no executor registers stays queued or waiting, visibly, instead of running against
 //    other code.
-//  - Every write of the engine is one statement (one commit); a completed step costs one.
+//  - Every write of the engine is one statement (one commit); a completed step costs one, shared
+//    with the step records of the executor's other replays written at the same moment (group
+//    commit), each still fenced on its own instance's generation.
 //
 // Thread-safety: Registry is immutable once an Executor or Coordinator uses it. Coordinator is
 // thread-safe. Executor runs its own threads; its public methods may be called from any thread.

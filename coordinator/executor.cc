@@ -25,6 +25,7 @@ struct Executor::State {
         id(std::move(executor_id)),
         options(checked(o)),
         pool(database_url, options.threads + 2),
+        recorder(pool),
         ledger(pool, lo),
         names(runnable(registry)) {}
 
@@ -68,6 +69,7 @@ struct Executor::State {
   std::string id;
   Options options;
   pg::Pool pool;
+  StepRecorder recorder;  // every replay's step records, batched
   ledger::Ledger ledger;
   std::string names;  // JSON array of the runnable workflows' {name, version}
 
@@ -147,7 +149,7 @@ void Executor::State::replay(ClaimedInstance claimed) {
     roll_back(instance_id, generation, event_seq, claimed.rollback, *lost);
     return;
   }
-  Replay replay(pool, ledger, registry, options, std::move(claimed), *lost);
+  Replay replay(pool, recorder, ledger, registry, options, std::move(claimed), *lost);
   json output;
   json error;
   std::optional<Suspended> suspended;

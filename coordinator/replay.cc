@@ -30,9 +30,11 @@ void after_journal_write() {
   failpoint::hit("coordinator.after_write");
 }
 
-Replay::Replay(pg::Pool& pool, ledger::Ledger& ledger, const Registry& registry,
-               const Options& options, ClaimedInstance claimed, const std::atomic<bool>& lost)
+Replay::Replay(pg::Pool& pool, StepRecorder& recorder, ledger::Ledger& ledger,
+               const Registry& registry, const Options& options, ClaimedInstance claimed,
+               const std::atomic<bool>& lost)
     : pool_(pool),
+      recorder_(recorder),
       ledger_(ledger),
       registry_(registry),
       options_(options),
@@ -145,19 +147,10 @@ bool Replay::record_step(const std::string& key, std::string_view kind, const js
                          std::string_view state, int attempts, const json& output,
                          const json& error, std::optional<std::int64_t> due_in_ms,
                          std::string_view what, const json& detail) {
-  const auto output_text = json_text(output);
-  const auto error_text = json_text(error);
-  const auto due_text = int_text(due_in_ms);
-  pqxx::result rows;
-  {
-    auto conn = pool_.acquire();
-    pqxx::nontransaction tx(*conn);
-    rows = pg::exec(tx, sql::kRecordStep, claimed_.instance_id, claimed_.generation.value(), key,
-                    std::string(kind), config.dump(), std::string(state), attempts,
-                    pg::nullable(output_text), pg::nullable(error_text), pg::nullable(due_text),
-                    std::string(what), detail.dump());
-  }
-  if (rows.empty()) refused("recording step " + key);
+  const std::optional<bool> due = recorder_.record(
+      StepRow{claimed_.instance_id, claimed_.generation, key, std::string(kind), config,
+              std::string(state), attempts, output, error, due_in_ms, std::string(what), detail});
+  if (!due) refused("recording step " + key);
   after_journal_write();
   remember(key, json{{"kind", kind},
                      {"state", state},
@@ -166,7 +159,7 @@ bool Replay::record_step(const std::string& key, std::string_view kind, const js
                      {"output", output},
                      {"error", error},
                      {"due_in_ms", nullptr}});
-  return rows[0][0].as<bool>();
+  return *due;
 }
 
 json Replay::run(const std::string& key, const StepConfig& given,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/step_recorder.h"
 #include "ledger/ledger.h"
 #include "pg/pg.h"
 
@@ -44,8 +45,8 @@ struct Suspended {
 
 class Replay {
  public:
-  Replay(pg::Pool& pool, ledger::Ledger& ledger, const Registry& registry, const Options& options,
-         ClaimedInstance claimed, const std::atomic<bool>& lost);
+  Replay(pg::Pool& pool, StepRecorder& recorder, ledger::Ledger& ledger, const Registry& registry,
+         const Options& options, ClaimedInstance claimed, const std::atomic<bool>& lost);
 
   // The Step the workflow's run() gets.
   Step& root() { return *root_; }
@@ -84,7 +85,8 @@ class Replay {
   void replay_sleep(const std::string& key, const json& record);
   [[noreturn]] void fail_fatal(const std::string& key, const std::string& kind,
                                const std::string& message);
-  // Writes a step's state (kRecordStep); returns whether its due time has passed.
+  // Writes a step's state (through the executor's StepRecorder); returns whether its due time has
+  // passed.
   bool record_step(const std::string& key, std::string_view kind, const json& config,
                    std::string_view state, int attempts, const json& output, const json& error,
                    std::optional<std::int64_t> due_in_ms, std::string_view what,
@@ -93,6 +95,7 @@ class Replay {
   std::chrono::milliseconds elapsed() const;
 
   pg::Pool& pool_;
+  StepRecorder& recorder_;
   ledger::Ledger& ledger_;
   const Registry& registry_;
   const Options& options_;

@@ -90,9 +90,16 @@ inline constexpr pg::Statement kExists{"wf_exists",
 // run are never read. Returns the instance, the event count, the time left to its deadline, and
 // its step record with each step's time left until due (ms on the database clock; NULL: no due
 // time).
+//
+// The claim commits without waiting for its WAL flush (synchronous_commit off for this
+// transaction only): the new owner's first durable write flushes the WAL up to and including the
+// claim, so a claim lost to a server crash loses nothing recorded, only a step body that ran
+// without being recorded, which runs again like any body whose executor died. Saves a flush
+// between a creation's NOTIFY and the first step.
 inline constexpr pg::Statement kClaim{
     "wf_claim",
-    "WITH candidates AS (SELECT c.instance_id, c.was, c.due "
+    "WITH no_flush_wait AS (SELECT set_config('synchronous_commit', 'off', true)), "
+    "candidates AS (SELECT c.instance_id, c.was, c.due "
     "  FROM jsonb_to_recordset($2::jsonb) AS w(name text, version int) "
     "  CROSS JOIN LATERAL (SELECT instance_id, status AS was, " RUNLEDGER_WF_DUE
     " AS due "
@@ -101,7 +108,7 @@ inline constexpr pg::Statement kClaim{
     " <= runledger_now() "
     "    ORDER BY " RUNLEDGER_WF_DUE
     " LIMIT 1 FOR UPDATE SKIP LOCKED) c), "
-    "picked AS (SELECT instance_id, was FROM candidates ORDER BY due LIMIT 1), "
+    "picked AS (SELECT instance_id, was FROM candidates, no_flush_wait ORDER BY due LIMIT 1), "
     "claimed AS (UPDATE wf_instances i SET status = 'running', generation = i.generation + 1, "
     "    owner = $1, lease_expires_at = runledger_now() + make_interval(secs => $3::bigint / "
     "1000.0), "
@@ -149,9 +156,20 @@ inline constexpr pg::Statement kNextDue{
     "    AND status IN ('queued', 'waiting', 'running') "
     "  ORDER BY " RUNLEDGER_WF_DUE " LIMIT 1) x"};
 
+// What a step record does on a conflict: a step already final is left alone (no row).
+#define RUNLEDGER_WF_STEP_UPSERT                                                       \
+  "ON CONFLICT (instance_id, step_key) DO UPDATE SET state = EXCLUDED.state, "         \
+  "  attempts = EXCLUDED.attempts, output = EXCLUDED.output, error = EXCLUDED.error, " \
+  "  due_at = EXCLUDED.due_at, generation = EXCLUDED.generation, "                     \
+  "  updated_at = runledger_now() "                                                    \
+  "WHERE wf_steps.state = 'pending' "
+
 // Records a step's terminal or pending state: $3 key, $4 kind, $5 config, $6 state, $7 attempts,
 // $8 output, $9 error, $10 due in ms from now (NULL: none), $11 history `what`, $12 detail.
-// A step already final is left alone (no row). Returns whether its due time has passed.
+// Written only while $2 holds the instance $1 and over a step still pending, with its history
+// entry. Returns whether its due time has passed. StepRecorder's batch of one: cheaper than
+// kRecordSteps with one row (no JSON to take apart, no joins), and a lone replay records every
+// step alone.
 inline constexpr pg::Statement kRecordStep{
     "wf_record_step",
     "WITH " RUNLEDGER_WF_OWNER
@@ -160,15 +178,36 @@ inline constexpr pg::Statement kRecordStep{
     "    error, due_at, generation) "
     "  SELECT instance_id, $3, $4, $5::jsonb, $6, $7, $8::jsonb, $9::jsonb, "
     "    runledger_now() + make_interval(secs => $10::bigint / 1000.0), $2 FROM owner "
-    "  ON CONFLICT (instance_id, step_key) DO UPDATE SET state = EXCLUDED.state, "
-    "    attempts = EXCLUDED.attempts, output = EXCLUDED.output, error = EXCLUDED.error, "
-    "    due_at = EXCLUDED.due_at, generation = EXCLUDED.generation, updated_at = "
-    "runledger_now() "
-    "  WHERE wf_steps.state = 'pending' "
-    "  RETURNING step_key, due_at), "
+    "  " RUNLEDGER_WF_STEP_UPSERT
+    "RETURNING step_key, due_at), "
     "h AS (INSERT INTO wf_history (instance_id, generation, what, step_key, detail) "
     "  SELECT $1, $2, $11, step_key, $12::jsonb FROM s) "
     "SELECT due_at IS NULL OR due_at <= runledger_now() FROM s"};
+
+// The same for the steps of several instances at once (StepRecorder's batches): $1 a JSON array
+// of {n, instance_id, generation, step_key, kind, config, state, attempts, output, error, due_ms,
+// what, detail}, each row fenced on its own. Returns (n, whether its due time has passed) per
+// written row. The instances are locked in instance_id order, like the heartbeat's, so that two
+// such statements cannot deadlock.
+inline constexpr pg::Statement kRecordSteps{
+    "wf_record_steps",
+    "WITH r AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(n int, instance_id text, "
+    "    generation bigint, step_key text, kind text, config jsonb, state text, attempts int, "
+    "    output jsonb, error jsonb, due_ms bigint, what text, detail jsonb)), "
+    "owner AS (SELECT r.* FROM r JOIN wf_instances i ON i.instance_id = r.instance_id "
+    "    AND i.generation = r.generation AND i.status = 'running' "
+    "  ORDER BY i.instance_id FOR SHARE OF i), "
+    "s AS (INSERT INTO wf_steps (instance_id, step_key, kind, config, state, attempts, output, "
+    "    error, due_at, generation) "
+    "  SELECT instance_id, step_key, kind, config, state, attempts, output, error, "
+    "    runledger_now() + make_interval(secs => due_ms / 1000.0), generation FROM owner "
+    "  " RUNLEDGER_WF_STEP_UPSERT
+    "RETURNING instance_id, step_key, due_at), "
+    "h AS (INSERT INTO wf_history (instance_id, generation, what, step_key, detail) "
+    "  SELECT o.instance_id, o.generation, o.what, o.step_key, o.detail "
+    "  FROM s JOIN owner o USING (instance_id, step_key)) "
+    "SELECT o.n, s.due_at IS NULL OR s.due_at <= runledger_now() "
+    "FROM s JOIN owner o USING (instance_id, step_key)"};
 
 // Records a sleep until $4 (epoch ms on the database clock) or, when $4 is NULL, for $5 ms from
 // now; a sleep already recorded keeps its time. Returns whether the writer owns the instance and
@@ -264,14 +303,17 @@ inline constexpr pg::Statement kFinish{
     "SELECT 1 FROM i"};
 
 // Extends by $2 ms the leases of $1, a JSON array of {instance_id, generation}; returns those
-// still held.
+// still held. Locks them in instance_id order first, like kRecordSteps: an UPDATE ... FROM would
+// lock them in whatever order its plan visits them.
 inline constexpr pg::Statement kHeartbeat{
     "wf_heartbeat",
+    "WITH held AS (SELECT i.instance_id FROM wf_instances i "
+    "  JOIN jsonb_to_recordset($1::jsonb) AS h(instance_id text, generation bigint) "
+    "    ON i.instance_id = h.instance_id AND i.generation = h.generation "
+    "  WHERE i.status = 'running' ORDER BY i.instance_id FOR NO KEY UPDATE OF i) "
     "UPDATE wf_instances i SET lease_expires_at = runledger_now() + make_interval(secs => "
     "$2::bigint / 1000.0) "
-    "FROM jsonb_to_recordset($1::jsonb) AS h(instance_id text, generation bigint) "
-    "WHERE i.instance_id = h.instance_id AND i.generation = h.generation AND i.status = "
-    "'running' "
+    "FROM held WHERE i.instance_id = held.instance_id "
     "RETURNING i.instance_id"};
 
 // The instance's current generation and status, to tell a fenced write from a conflict.

@@ -19,9 +19,8 @@ inline constexpr pg::Statement kExpireWaits{
     "  RETURNING 1) "
     "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM i)"};
 
-inline constexpr pg::Statement kMoveClock{
-    "wf_testing_move_clock",
-    "UPDATE runledger_clock SET skew = skew + make_interval(secs => $1::bigint / 1000.0)"};
+inline constexpr pg::Statement kMoveClock{"wf_testing_move_clock",
+                                          "SELECT runledger_move_clock($1::bigint)"};
 
 class MockedStep final : public Step {
  public:

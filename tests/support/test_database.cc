@@ -93,9 +93,7 @@ pg::Pool::Options TestDatabase::pool_options(int size) const {
 void TestDatabase::advance_clock(std::chrono::milliseconds by) const {
   pqxx::connection conn(url_);
   pqxx::nontransaction tx(conn);
-  tx.exec_params(
-      "UPDATE runledger_clock SET skew = skew + make_interval(secs => $1::bigint / 1000.0)",
-      static_cast<long long>(by.count()));
+  tx.exec_params("SELECT runledger_move_clock($1::bigint)", static_cast<long long>(by.count()));
 }
 
 }  // namespace runledger::testing
