@@ -12,6 +12,8 @@
 // the instance and the step is not final yet; a refused row refuses only its own caller. A batch
 // whose statement fails (an SQL error) is retried row by row, so an error reaches only the
 // callers whose own row fails (a lost connection, whose commit may have happened, reaches all).
+// A row whose instance another transaction has locked holds its batch up until that one ends
+// (claims and operator actions are single statements; sessions have a lock_timeout).
 //
 // Thread-safety: record() may be called from any number of threads at once.
 #pragma once

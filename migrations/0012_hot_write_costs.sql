@@ -17,7 +17,9 @@ SELECT setval('runledger_clock_skew_us', (SELECT (extract(epoch FROM skew) * 100
 CREATE OR REPLACE FUNCTION runledger_now() RETURNS timestamptz
   LANGUAGE plpgsql STABLE PARALLEL SAFE
   AS $$ BEGIN
-    RETURN now() + pg_sequence_last_value('runledger_clock_skew_us') * interval '1 microsecond';
+    -- NULL only if the sequence were reset without a value (ALTER SEQUENCE ... RESTART): no skew.
+    RETURN now() + coalesce(pg_sequence_last_value('runledger_clock_skew_us'), 0)
+                   * interval '1 microsecond';
   END $$;
 
 -- Moves the database clock forward by `ms` milliseconds (tests only: production keeps the skew
@@ -30,7 +32,7 @@ CREATE FUNCTION runledger_move_clock(ms bigint) RETURNS timestamptz
         USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM setval('runledger_clock_skew_us',
-                   pg_sequence_last_value('runledger_clock_skew_us') + ms * 1000);
+                   coalesce(pg_sequence_last_value('runledger_clock_skew_us'), 0) + ms * 1000);
     RETURN runledger_now();
   END $$;
 
