@@ -559,9 +559,16 @@ double Pgbench::simple_update_tps(int clients, int seconds) const {
 
 double Pgbench::script_tps(const std::filesystem::path& script_file, int clients,
                            int seconds) const {
+  return script_tps(script_file, clients, seconds, {});
+}
+
+double Pgbench::script_tps(const std::filesystem::path& script_file, int clients, int seconds,
+                           const std::vector<std::string>& options) const {
   const std::string c = std::to_string(clients);
-  return parse_tps(
-      run({"-n", "-f", script_file.string(), "-c", c, "-j", c, "-T", std::to_string(seconds)}));
+  std::vector<std::string> argv{"-n", "-f", script_file.string(),   "-c", c, "-j",
+                                c,    "-T", std::to_string(seconds)};
+  argv.insert(argv.end(), options.begin(), options.end());
+  return parse_tps(run(argv));
 }
 
 double Pgbench::first_statement_ms(const std::filesystem::path& script_file, int seconds) const {

@@ -172,6 +172,9 @@ class Pgbench {
   double simple_update_tps(int clients, int seconds) const;
   // The transaction in `script_file` (-f), one thread per client, no vacuum before it (-n).
   double script_tps(const std::filesystem::path& script_file, int clients, int seconds) const;
+  // The same with more pgbench options (e.g. {"-M", "prepared", "-D", "name=value"}).
+  double script_tps(const std::filesystem::path& script_file, int clients, int seconds,
+                    const std::vector<std::string>& options) const;
   // The mean latency in ms of the first statement of `script_file`, 1 client (-r).
   double first_statement_ms(const std::filesystem::path& script_file, int seconds) const;
 

@@ -48,6 +48,7 @@
 #include "ledger/ledger.h"
 #include "migrations/migrations.h"
 #include "pg/pg.h"
+#include "transcript/statements.h"  // the append's own SQL, for pgbench to run (paired rounds)
 #include "transcript/transcript.h"
 
 namespace {
@@ -63,7 +64,7 @@ constexpr std::string_view kBenchDatabase = "bench";
 // deletes only its own runs.
 constexpr std::string_view kKeyPrefix = "transcript-bench-";
 constexpr int kClientCounts[] = {1, 16};
-constexpr int kPairedRounds = 5;
+constexpr int kPairedRounds = 9;
 constexpr int kPairedSeconds = 2;
 // One step's two transcript entries: about what a model turn and a tool's output weigh.
 constexpr std::size_t kTurnBytes = 4 << 10;
@@ -283,9 +284,12 @@ struct PgbenchRow {
   Load load;
 };
 
-// One round of the paired comparison: pgbench, then ours, back to back.
+// One round of the paired comparison, back to back: pgbench's INSERT, then the append's own
+// statement run by pgbench (what the statement costs), then the append through Store (what the
+// client library adds).
 struct PairedRound {
   double pgbench_tps = 0;
+  double pgbench_append_tps = 0;
   double appends_per_s = 0;
 };
 
@@ -299,6 +303,41 @@ PgbenchRow measure_pgbench(BenchDatabase& db, const Server& server, const Pgbenc
   row.tps = pgbench.script_tps(script, clients, seconds);
   row.load = meter.finish();
   return row;
+}
+
+// The append statement (transcript/statements.h) as a pgbench script: $1..$4 become pgbench
+// variables, which -M prepared sends as parameters, as Store does.
+std::string append_script() {
+  std::string text = transcript::sql::kAppend.sql;
+  const std::pair<std::string_view, std::string_view> names[] = {
+      {"$1", ":run"}, {"$2", ":generation"}, {"$3", ":kind"}, {"$4", ":body"}};
+  for (const auto& [placeholder, variable] : names) {
+    for (auto at = text.find(placeholder); at != std::string::npos;
+         at = text.find(placeholder, at + variable.size())) {
+      text.replace(at, placeholder.size(), variable);
+    }
+  }
+  return text + ";\n";
+}
+
+// pgbench running the append statement on a run of its own, 1 client, 100 B entries.
+double measure_pgbench_appends(BenchDatabase& db, const Pgbench& pgbench,
+                               const std::filesystem::path& script, int seconds) {
+  pg::Pool pool(db.url(), 1);
+  ledger::Ledger ledger(pool);
+  const ledger::Claim claim = start_run(ledger, make_owner(0), kStepBudget);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string body = "body=\\x";
+  for (const unsigned char c : random_bytes(100, 5)) {
+    body += kHex[c >> 4];
+    body += kHex[c & 15];
+  }
+  spdlog::info("the append statement run by pgbench, 1 client");
+  db.checkpoint();
+  return pgbench.script_tps(script, 1, seconds,
+                            {"-M", "prepared", "-D", "run=" + claim.run.run_id.value(), "-D",
+                             "generation=" + std::to_string(claim.run.generation.value()), "-D",
+                             "kind=user", "-D", body});
 }
 
 // One client and one run, for the large entries: a fresh run, or `claim`'s.
@@ -484,20 +523,30 @@ void print_report(const Report& r) {
   }
 
   std::printf(
-      "\n### Paired rounds, 1 client: pgbench INSERT then the fenced 100 B append, %d s each\n\n"
-      "| round | pgbench INSERT tps | appends/s | ratio |\n"
-      "|-------|--------------------|-----------|-------|\n",
+      "\n### Paired rounds, 1 client, %d s each, back to back: pgbench INSERT, the append's "
+      "statement run by pgbench, the fenced 100 B append through Store\n\n"
+      "| round | pgbench INSERT tps | append statement by pgbench/s | ratio | appends/s "
+      "(Store) | ratio |\n"
+      "|-------|--------------------|-------------------------------|-------|------------------|"
+      "-------|\n",
       kPairedSeconds);
   std::vector<double> ratios;
+  std::vector<double> statement_ratios;
   for (std::size_t i = 0; i < r.paired.size(); ++i) {
     const auto& pair = r.paired[i];
     ratios.push_back(pair.appends_per_s / pair.pgbench_tps);
-    std::printf("| %5zu | %18.0f | %9.0f | %5.2f |\n", i + 1, pair.pgbench_tps, pair.appends_per_s,
+    statement_ratios.push_back(pair.pgbench_append_tps / pair.pgbench_tps);
+    std::printf("| %5zu | %18.0f | %29.0f | %5.2f | %16.0f | %5.2f |\n", i + 1, pair.pgbench_tps,
+                pair.pgbench_append_tps, statement_ratios.back(), pair.appends_per_s,
                 ratios.back());
   }
   if (!ratios.empty()) {
     std::sort(ratios.begin(), ratios.end());
-    std::printf("\nmedian ratio over %zu pairs: %.2f\n", ratios.size(), ratios[ratios.size() / 2]);
+    std::sort(statement_ratios.begin(), statement_ratios.end());
+    std::printf(
+        "\nmedian ratio over %zu rounds: the statement by pgbench %.2f, the append through Store "
+        "%.2f (pgbench -M prepared, as Store prepares its statements)\n",
+        ratios.size(), statement_ratios[statement_ratios.size() / 2], ratios[ratios.size() / 2]);
   }
 
   std::printf(
@@ -603,6 +652,7 @@ void run(const Args& args) {
 
   const Pgbench pgbench(cluster::find_bin_dir(), parse_url(server.url));
   const TempFile script("transcript-bench-insert-", ".sql", kInsertScript);
+  const TempFile append_sql("transcript-bench-append-", ".sql", append_script());
   for (const int clients : kClientCounts) {
     report.pgbench[clients] =
         measure_pgbench(db, server, pgbench, script.path(), clients, args.seconds);
@@ -619,6 +669,8 @@ void run(const Args& args) {
   for (int round = 0; round < kPairedRounds; ++round) {
     PairedRound pair;
     pair.pgbench_tps = measure_pgbench(db, server, pgbench, script.path(), 1, kPairedSeconds).tps;
+    pair.pgbench_append_tps =
+        measure_pgbench_appends(db, pgbench, append_sql.path(), kPairedSeconds);
     pair.appends_per_s = measure_small_appends(db, 1, kPairedSeconds).ops_per_s;
     report.paired.push_back(pair);
   }

@@ -167,7 +167,8 @@ inline constexpr pg::Statement kListRuns{"ledger_list_runs", "SELECT " RUNLEDGER
   LIMIT $5
 )sql"};
 
-// Children, steps and transcripts hang off a run by foreign keys (CASCADE or SET NULL).
+// Children keep their rows (their parent_run_id foreign key is SET NULL); the run's steps and
+// transcript entries go in the same statement (migration 0013's trigger).
 inline constexpr pg::Statement kSweepBatch{"ledger_sweep_batch", R"sql(
   DELETE FROM live_runs WHERE run_id IN (
     SELECT run_id FROM live_runs
