@@ -14,11 +14,15 @@
 --   the retention sweep, and a terminal run admits no write).
 -- - ON DELETE CASCADE: the statement trigger below deletes a deleted run's entries and steps in
 --   the same statement, once per statement instead of once per row.
+--
+-- `= ANY (ARRAY(...))`, not a join with `gone`: the join was planned as a hash join over a
+-- sequential scan of the whole table (auto_explain: every entry read to delete one run's 200),
+-- and PL/pgSQL keeps that plan; an array probes the primary key's index once per run.
 CREATE FUNCTION live_runs_delete_records() RETURNS trigger
   LANGUAGE plpgsql
   AS $$ BEGIN
-    DELETE FROM transcript_entries e USING gone g WHERE e.run_id = g.run_id;
-    DELETE FROM run_steps s USING gone g WHERE s.run_id = g.run_id;
+    DELETE FROM transcript_entries WHERE run_id = ANY (ARRAY(SELECT run_id FROM gone));
+    DELETE FROM run_steps WHERE run_id = ANY (ARRAY(SELECT run_id FROM gone));
     RETURN NULL;
   END $$;
 
