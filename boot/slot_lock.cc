@@ -22,8 +22,18 @@ constexpr pg::Statement kHeld{"boot_slot_held", R"sql(
 
 }  // namespace
 
+namespace {
+std::unique_ptr<pqxx::connection> connect(const std::string& url) {
+  try {
+    return std::make_unique<pqxx::connection>(url);
+  } catch (const std::exception&) {
+    pg::rethrow_classified(pg::Phase::connect);
+  }
+}
+}  // namespace
+
 SlotLock::SlotLock(const std::string& url, const SlotName& slot, std::chrono::milliseconds wait)
-    : conn_(std::make_unique<pqxx::connection>(url)) {
+    : conn_(connect(url)) {
   pqxx::nontransaction tx(*conn_);
   key_ = pg::exec(tx, kKey, slot.value())[0][0].as<std::int64_t>();
   backend_pid_ = pg::exec(tx, kBackendPid)[0][0].as<int>();
@@ -42,7 +52,8 @@ bool SlotLock::still_held() {
     pqxx::nontransaction tx(*conn_);
     if (pg::exec(tx, kBackendPid)[0][0].as<int>() != backend_pid_) return false;
     return pg::exec(tx, kHeld, key_)[0][0].as<int>() == 1;
-  } catch (const pqxx::broken_connection&) {
+  } catch (const Unavailable&) {
+    // The session is gone, and the lock with it (or the server could not tell us): lost.
     return false;
   }
 }

@@ -3,7 +3,8 @@
 // Contract: every outcome a caller is expected to handle (bad input, not found, conflict,
 // fenced, budget exhausted) is thrown as a subclass of runledger::Error carrying an ErrorCode.
 // Code that maps outcomes to other representations (the HTTP envelope, CLI exit codes) switches
-// on code() in exactly one place. Anything else thrown (pqxx::broken_connection,
+// on code() in exactly one place. Transient database failures arrive as Unavailable (pg/ turns
+// libpqxx's exceptions into it); anything else thrown (a pqxx::sql_error from a bug,
 // std::bad_alloc, ...) is unexpected and is treated as an internal error by such mappers.
 //
 // details() is structured JSON for machines (e.g. the live run a Conflict names); what()
@@ -79,11 +80,24 @@ class BudgetExhausted : public Error {
       : Error(ErrorCode::budget_exhausted, message, std::move(details)) {}
 };
 
+// A dependency (the database) failed in a way that says nothing about the request: a lost or
+// refused connection, a shutdown, a lock or statement timeout, a deadlock, a serialization
+// failure. Retryable; never a run's or a workflow's outcome. pg/ classifies these, once.
+//
+// outcome_unknown(): the failure came while a write was committing (a connection lost during an
+// autocommit statement or a COMMIT), so it may have landed. Resolve by repeating the write (every
+// runledger write is safe to repeat) or by reading what was recorded, never by guessing.
 class Unavailable : public Error {
  public:
   explicit Unavailable(const std::string& message,
-                       nlohmann::json details = nlohmann::json::object())
-      : Error(ErrorCode::unavailable, message, std::move(details)) {}
+                       nlohmann::json details = nlohmann::json::object(),
+                       bool outcome_unknown = false)
+      : Error(ErrorCode::unavailable, message, std::move(details)),
+        outcome_unknown_(outcome_unknown) {}
+  bool outcome_unknown() const { return outcome_unknown_; }
+
+ private:
+  bool outcome_unknown_;
 };
 
 }  // namespace runledger

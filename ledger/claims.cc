@@ -20,7 +20,7 @@ std::vector<Claim> claims_from(const pqxx::result& rows) {
 template <class... Args>
 pqxx::result claim_in_transaction(pg::Pool& pool, const pg::Statement& s, Args&&... args) {
   auto conn = pool.acquire();
-  pqxx::work tx(*conn);
+  pg::Work tx(*conn);
   auto rows = pg::exec(tx, s, std::forward<Args>(args)...);
   failpoint::hit("ledger.claim.before_commit");
   tx.commit();

@@ -95,7 +95,7 @@ Dispatched Ledger::dispatch(const DispatchRequest& request) {
       pqxx::nontransaction tx(*conn);
       return insert_run(tx, insert, 0);
     }
-    pqxx::work tx(*conn);
+    pg::Work tx(*conn);
     // A retried dispatch finds its run before any parent check: it must succeed even when the
     // parent has reached its fan-out cap since.
     if (auto existing = pg::exec(tx, sql::kRunByDispatchKey, request.dispatch_key);

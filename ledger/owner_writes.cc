@@ -91,7 +91,7 @@ void Ledger::write_fenced(const RunId& run, Generation generation,
                           const std::function<void(pqxx::work&)>& body) {
   {
     auto conn = pool_.acquire();
-    pqxx::work tx(*conn);
+    pg::Work tx(*conn);
     if (!pg::exec(tx, sql::kFenceShare, run.value(), generation.value()).empty()) {
       body(tx);
       failpoint::hit("ledger.write_fenced.before_commit");

@@ -1,9 +1,18 @@
-// PostgreSQL access shared by every runledger module: named statements and a connection pool.
+// PostgreSQL access shared by every runledger module: named statements, transient failures
+// classified once, and a connection pool.
 //
 // Contract:
 //  - SQL is never assembled from values. Each module keeps its queries as `Statement`s in one
 //    file and runs them with exec(), which prepares the statement on the connection on first use
 //    (libpqxx 6.4 prepares lazily and re-prepares after its silent reconnects).
+//  - Transient failures are classified here and nowhere else: whatever libpqxx 6.4 raises for a
+//    lost or refused connection, a shutdown (57P01/57P02/57P03), too many connections (53300) or
+//    other insufficient resources (53xxx), a lock timeout (55P03), a deadlock (40P01), a
+//    serialization failure (40001), a statement timeout or cancel (57014) or an idle-in-
+//    transaction timeout (25P03) leaves exec(), Work and Pool::acquire() as runledger::Unavailable,
+//    with outcome_unknown() set when a connection was lost while a write could have committed (an
+//    autocommit statement, or COMMIT). Any other SQL error (a constraint, a syntax error) passes
+//    through as libpqxx raised it: it is the caller's or a bug, and retrying cannot help.
 //  - Session settings (timeouts) travel in the connection string, never as `SET`: libpqxx 6.4
 //    reconnects silently after a dropped session and a `SET` would be gone without notice.
 //  - Pool hands each connection to one thread at a time; acquire() waits at most
@@ -11,10 +20,13 @@
 //    is dropped and replaced on demand.
 //
 // Thread-safety: Pool is thread-safe; a Pool::Lease and its connection belong to one thread.
+// classify() and Backoff are pure.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -25,7 +37,26 @@
 
 #include <pqxx/pqxx>
 
+#include "errors/errors.h"
+
 namespace runledger::pg {
+
+// Where a libpqxx exception was raised; decides whether a lost connection leaves a commit's
+// outcome unknown.
+enum class Phase {
+  connect,     // opening a connection: nothing was sent
+  statement,   // a statement inside an explicit transaction: a lost connection rolls it back
+  autocommit,  // a statement that commits by itself (pqxx::nontransaction)
+  commit,      // COMMIT of an explicit transaction
+};
+
+// The Unavailable that stands for `error` (an exception libpqxx raised in `phase`) when it is a
+// transient failure (see the contract above); nullopt when it is not.
+std::optional<Unavailable> classify(const std::exception& error, Phase phase);
+
+// Inside a catch block: rethrows the exception being handled, as Unavailable when classify()
+// says it is transient, else unchanged.
+[[noreturn]] void rethrow_classified(Phase phase);
 
 // A named SQL statement with $n placeholders.
 struct Statement {
@@ -33,10 +64,66 @@ struct Statement {
   const char* sql;
 };
 
+// Whether each statement of `tx` commits by itself (a pqxx::nontransaction).
+bool commits_by_itself(const pqxx::transaction_base& tx);
+
 template <class... Args>
 pqxx::result exec(pqxx::transaction_base& tx, const Statement& s, Args&&... args) {
-  tx.conn().prepare(s.name, s.sql);  // registers once; a no-op when already known
-  return tx.exec_prepared(s.name, std::forward<Args>(args)...);
+  try {
+    tx.conn().prepare(s.name, s.sql);  // registers once; a no-op when already known
+    return tx.exec_prepared(s.name, std::forward<Args>(args)...);
+  } catch (const pqxx::failure&) {
+    rethrow_classified(commits_by_itself(tx) ? Phase::autocommit : Phase::statement);
+  }
+}
+
+// An explicit READ COMMITTED transaction whose BEGIN and COMMIT classify their failures (a
+// connection lost during COMMIT: Unavailable with outcome_unknown()). Statements run on it as on
+// the pqxx::work it holds (it converts to one).
+class Work {
+ public:
+  explicit Work(pqxx::connection& conn);
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+  operator pqxx::work&() { return tx_; }
+  void commit();
+
+ private:
+  pqxx::work tx_;
+};
+
+// Bounded, jittered exponential backoff between tries of work that met Unavailable.
+struct Backoff {
+  // The wait after the first failed try, before jitter.
+  std::chrono::milliseconds first{50};
+  // No wait is longer than this.
+  std::chrono::milliseconds most{2'000};
+  // Calls in all, the first included.
+  int tries = 8;
+  // The wait after failed try `n` (1-based): min(most, first * 2^(n-1)) times a random factor in
+  // [0.5, 1], so that processes failing together do not retry together.
+  std::chrono::milliseconds delay(int n) const;
+};
+
+// Sleeps `wait`, waking every 50 ms to ask keep_trying (if given); returns early when it says
+// false.
+void sleep_for_backoff(std::chrono::milliseconds wait, const std::function<bool()>& keep_trying);
+
+// Calls fn() until it returns without throwing Unavailable, at most backoff.tries times, waiting
+// backoff.delay() between tries; stops early when keep_trying (if given) says false. Rethrows the
+// last Unavailable. fn must be safe to repeat (every runledger write is, with the same
+// arguments).
+template <class F>
+auto retry_unavailable(const Backoff& backoff, F&& fn,
+                       const std::function<bool()>& keep_trying = nullptr) -> decltype(fn()) {
+  for (int n = 1;; ++n) {
+    try {
+      return fn();
+    } catch (const Unavailable&) {
+      if (n >= backoff.tries || (keep_trying && !keep_trying())) throw;
+    }
+    sleep_for_backoff(backoff.delay(n), keep_trying);
+  }
 }
 
 // libpqxx 6.4 has no std::optional parameters; a null `const char*` is sent as SQL NULL.

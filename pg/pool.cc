@@ -47,11 +47,13 @@ Pool::Lease Pool::acquire() {
   lock.unlock();
   try {
     return Lease(this, std::make_unique<pqxx::connection>(url_));
-  } catch (const pqxx::broken_connection& e) {
-    std::lock_guard again(mu_);
-    --open_;
-    cv_.notify_one();
-    throw Unavailable(std::string("cannot connect to the database: ") + e.what());
+  } catch (const std::exception&) {
+    {
+      std::lock_guard again(mu_);
+      --open_;
+      cv_.notify_one();
+    }
+    rethrow_classified(Phase::connect);
   }
 }
 
