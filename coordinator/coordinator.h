@@ -39,6 +39,11 @@
 //  - Instances are leased and fenced like runs: a claim bumps the generation, every write checks
 //    it, and a refused write stops that replay (FencedError). An instance past its maximum
 //    duration is errored, naming the step it was in.
+//  - A transient database failure (pg/: Unavailable) is never an instance's outcome: a replay
+//    that met one, even where workflow code caught it as a std::exception, records nothing of it
+//    and ends like a fenced one; its instance waits a bounded, jittered backoff and is then due
+//    for any executor (history: "database unavailable"). A step *body's* own database error is
+//    that body's failed attempt, under its retry policy, like any other exception of the body.
 //  - All deadlines are on the database clock (runledger_now(): tests move it forward).
 //  - An executor runs an instance only on the version it was created with; an instance of a
 //    version no executor registers stays queued or waiting, visibly, instead of running against
@@ -299,6 +304,13 @@ struct Options {
   std::size_t max_branch_threads = 16;
   // Longest an idle executor waits without a NOTIFY before looking for due instances again.
   std::chrono::milliseconds poll_interval{5'000};
+  // How long an executor's statement waits for a row lock before it fails (Unavailable, retried
+  // under unavailable_backoff): an instance locked by a wedged session does not hold a thread.
+  std::chrono::milliseconds lock_timeout{5'000};
+  // The wait before an instance whose replay met a transient database failure is due again; it
+  // doubles with each such replay in a row on this executor (tries is not used: the instance
+  // keeps its lease-free wait, bounded by `most`, until the database answers).
+  pg::Backoff unavailable_backoff{std::chrono::milliseconds(100), std::chrono::milliseconds(5'000)};
 };
 
 // The client side: create instances, send events, read them. Needs no executor.

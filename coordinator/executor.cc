@@ -24,7 +24,7 @@ struct Executor::State {
         registry(r),
         id(std::move(executor_id)),
         options(checked(o)),
-        pool(database_url, options.threads + 2),
+        pool(pool_options(database_url, options)),
         recorder(pool),
         ledger(pool, lo),
         names(runnable(registry)) {}
@@ -39,6 +39,14 @@ struct Executor::State {
     return out.dump();
   }
 
+  static pg::Pool::Options pool_options(const std::string& url, const Options& o) {
+    pg::Pool::Options p;
+    p.url = url;
+    p.size = o.threads + 2;
+    p.lock_timeout = o.lock_timeout;
+    return p;
+  }
+
   static Options checked(Options o) {
     if (o.threads < 1) throw InvalidArgument("an executor needs at least one thread");
     if (o.lease_ttl.count() < 3) throw InvalidArgument("an executor's lease_ttl is at least 3 ms");
@@ -46,8 +54,15 @@ struct Executor::State {
   }
 
   std::optional<ClaimedInstance> claim();
-  // Replays the claimed instance and records the outcome.
+  // Replays the claimed instance and records the outcome; a transient database failure on the
+  // way is no outcome: the instance is retried later (retry_later).
   void replay(ClaimedInstance claimed);
+  void replay_held(ClaimedInstance claimed, const std::shared_ptr<std::atomic<bool>>& lost);
+  // The replay of `instance_id` at `generation` met `failure`: it waits out a backoff that grows
+  // with each such replay in a row here, then any executor may claim it. If the database does
+  // not take even that, the instance is left to its lease.
+  void retry_later(const std::string& instance_id, Generation generation,
+                   const Unavailable& failure);
   // Runs the compensations the instance still owes, and ends it (or suspends it until a
   // compensation's retry is due).
   void roll_back(const std::string& instance_id, Generation generation, std::int64_t event_seq,
@@ -98,6 +113,9 @@ struct Executor::State {
     std::shared_ptr<std::atomic<bool>> lost;
   };
   std::map<std::string, Held> held;
+  // Replays in a row that met a transient failure, per instance (the backoff's exponent). An
+  // instance leaves it when a replay of it here ends otherwise. Guarded by mu.
+  std::map<std::string, int> unavailable_streaks;
 };
 
 std::optional<ClaimedInstance> Executor::State::claim() {
@@ -123,14 +141,8 @@ std::optional<ClaimedInstance> Executor::State::claim() {
 }
 
 void Executor::State::replay(ClaimedInstance claimed) {
-  const Registration* registration = registry.find(claimed.workflow);
-  if (!registration || !registration->workflow) {
-    throw std::logic_error("claimed an instance of a workflow this executor cannot run");
-  }
   const std::string instance_id = claimed.instance_id;
-  const json input = std::move(claimed.input);
   const Generation generation = claimed.generation;
-  const std::int64_t event_seq = claimed.event_seq;
   auto lost = std::make_shared<std::atomic<bool>>(false);
   {
     std::lock_guard lock(mu);
@@ -144,7 +156,55 @@ void Executor::State::replay(ClaimedInstance claimed) {
       s.held.erase(id);
     }
   } release{*this, instance_id};
+  try {
+    replay_held(std::move(claimed), lost);
+  } catch (const Unavailable& e) {
+    retry_later(instance_id, generation, e);
+    return;
+  }
+  std::lock_guard lock(mu);
+  unavailable_streaks.erase(instance_id);
+}
 
+void Executor::State::retry_later(const std::string& instance_id, Generation generation,
+                                  const Unavailable& failure) {
+  int streak = 0;
+  {
+    std::lock_guard lock(mu);
+    // Bounded: instances that moved on to other executors would otherwise stay here forever.
+    if (unavailable_streaks.size() > 4096) unavailable_streaks.clear();
+    streak = ++unavailable_streaks[instance_id];
+  }
+  const auto delay = options.unavailable_backoff.delay(streak);
+  const std::string cause = failure.details().value("cause", "unavailable");
+  try {
+    auto conn = pool.acquire();
+    pqxx::nontransaction tx(*conn);
+    if (pg::exec(tx, sql::kRetryLater, instance_id, generation.value(),
+                 static_cast<std::int64_t>(delay.count()), cause)
+            .empty()) {
+      spdlog::warn("coordinator {}: instance {}: {}; it was taken over or ended meanwhile", id,
+                   instance_id, failure.what());
+      return;
+    }
+    spdlog::warn("coordinator {}: instance {}: {}; due again in {} ms", id, instance_id,
+                 failure.what(), delay.count());
+  } catch (const std::exception& e) {
+    spdlog::warn("coordinator {}: instance {}: {}; left to its lease ({})", id, instance_id,
+                 failure.what(), e.what());
+  }
+}
+
+void Executor::State::replay_held(ClaimedInstance claimed,
+                                  const std::shared_ptr<std::atomic<bool>>& lost) {
+  const Registration* registration = registry.find(claimed.workflow);
+  if (!registration || !registration->workflow) {
+    throw std::logic_error("claimed an instance of a workflow this executor cannot run");
+  }
+  const std::string instance_id = claimed.instance_id;
+  const json input = std::move(claimed.input);
+  const Generation generation = claimed.generation;
+  const std::int64_t event_seq = claimed.event_seq;
   if (!claimed.rollback.is_null()) {
     roll_back(instance_id, generation, event_seq, claimed.rollback, *lost);
     return;
@@ -153,6 +213,7 @@ void Executor::State::replay(ClaimedInstance claimed) {
   json output;
   json error;
   std::optional<Suspended> suspended;
+  std::optional<Unavailable> unavailable;
   try {
     output = registration->workflow->run(input, replay.root());
   } catch (const Suspended& s) {
@@ -160,16 +221,10 @@ void Executor::State::replay(ClaimedInstance claimed) {
   } catch (const FencedError& e) {
     spdlog::warn("coordinator {}: {}", id, e.what());
     return;
-  } catch (const pqxx::broken_connection& e) {
-    // The database, not the workflow, failed: leave the instance to its lease's expiry and the
-    // next claim, instead of recording an error that is not the workflow's.
-    spdlog::warn("coordinator {}: instance {}: {}", id, instance_id, e.what());
-    return;
+  } catch (const Unavailable& e) {
+    // The database, not the workflow, failed (even outside a step call).
+    unavailable = e;
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::unavailable) {
-      spdlog::warn("coordinator {}: instance {}: {}", id, instance_id, e.what());
-      return;
-    }
     error = {{"message", e.what()}, {"step", replay.current_step()}, {"kind", "workflow"}};
   } catch (const StepError& e) {
     error = {{"message", e.what()}, {"step", e.step_key()}, {"kind", e.kind()}};
@@ -179,6 +234,10 @@ void Executor::State::replay(ClaimedInstance claimed) {
     error = {{"message", e.what()}, {"step", replay.current_step()}, {"kind", "workflow"}};
   }
   if (replay.fenced()) return;
+  if (unavailable) throw *unavailable;
+  // Workflow code caught the failure and went on (or ended): what it did next is not the
+  // workflow's outcome either.
+  if (const auto met = replay.unavailable()) throw *met;
   if (const auto fatal = replay.fatal()) {
     error = *fatal;
     suspended.reset();

@@ -58,6 +58,16 @@ std::optional<json> Replay::fatal() const {
   return fatal_;
 }
 
+std::optional<Unavailable> Replay::unavailable() const {
+  std::lock_guard lock(mu_);
+  return unavailable_;
+}
+
+void Replay::met_unavailable(const Unavailable& e) {
+  std::lock_guard lock(mu_);
+  if (!unavailable_) unavailable_ = e;
+}
+
 bool Replay::has_compensations() const {
   std::lock_guard lock(mu_);
   for (const auto& [key, rec] : claimed_.steps) {
@@ -358,35 +368,41 @@ std::string Scope::next_key(std::string_view name) {
 
 json Scope::run(std::string_view name, const StepConfig& config,
                 const std::function<json(std::stop_token)>& body) {
-  return replay_.run(next_key(name), config, body);
+  return replay_.guarded([&] { return replay_.run(next_key(name), config, body); });
 }
 
 void Scope::sleep(std::string_view name, std::chrono::milliseconds duration) {
-  replay_.sleep(next_key(name), std::nullopt, std::max<std::int64_t>(0, duration.count()));
+  replay_.guarded([&] {
+    replay_.sleep(next_key(name), std::nullopt, std::max<std::int64_t>(0, duration.count()));
+  });
 }
 
 void Scope::sleep_until(std::string_view name, std::int64_t at_unix_ms) {
-  replay_.sleep(next_key(name), at_unix_ms, std::nullopt);
+  replay_.guarded([&] { replay_.sleep(next_key(name), at_unix_ms, std::nullopt); });
 }
 
 json Scope::wait_for_event(std::string_view name, const EventWait& wait) {
-  const std::string key = next_key(name);
-  return replay_.wait(key, "wait", json::array({{{"type", wait.type}, {"match", wait.match}}}),
-                      wait.timeout.count());
+  return replay_.guarded([&] {
+    const std::string key = next_key(name);
+    return replay_.wait(key, "wait", json::array({{{"type", wait.type}, {"match", wait.match}}}),
+                        wait.timeout.count());
+  });
 }
 
 AnyEvent Scope::wait_any(std::string_view name, const std::vector<EventMatch>& events,
                          std::chrono::milliseconds timeout) {
-  const std::string key = next_key(name);
-  if (events.empty()) throw InvalidArgument("wait_any " + key + " needs at least one event");
-  json alternatives = json::array();
-  for (const auto& e : events) alternatives.push_back({{"type", e.type}, {"match", e.match}});
-  const json taken = replay_.wait(key, "wait_any", alternatives, timeout.count());
-  return AnyEvent{taken["index"].get<std::size_t>(), taken["payload"]};
+  return replay_.guarded([&] {
+    const std::string key = next_key(name);
+    if (events.empty()) throw InvalidArgument("wait_any " + key + " needs at least one event");
+    json alternatives = json::array();
+    for (const auto& e : events) alternatives.push_back({{"type", e.type}, {"match", e.match}});
+    const json taken = replay_.wait(key, "wait_any", alternatives, timeout.count());
+    return AnyEvent{taken["index"].get<std::size_t>(), taken["payload"]};
+  });
 }
 
 RunId Scope::spawn(std::string_view name, ledger::DispatchRequest request) {
-  return replay_.spawn(next_key(name), std::move(request));
+  return replay_.guarded([&] { return replay_.spawn(next_key(name), std::move(request)); });
 }
 
 namespace {
@@ -400,8 +416,6 @@ bool ends_execution(const std::exception_ptr& error) {
     return true;
   } catch (const NonDeterminism&) {
     return true;
-  } catch (const pqxx::broken_connection&) {
-    return true;
   } catch (const Error& e) {
     return e.code() == ErrorCode::unavailable;
   } catch (...) {
@@ -412,7 +426,7 @@ bool ends_execution(const std::exception_ptr& error) {
 }  // namespace
 
 std::vector<json> Scope::all(std::string_view name, const std::vector<Branch>& branches) {
-  const std::string key = next_key(name);
+  const std::string key = replay_.guarded([&] { return next_key(name); });
   struct Outcome {
     std::optional<json> value;
     std::vector<std::string> suspended;
@@ -439,7 +453,8 @@ std::vector<json> Scope::all(std::string_view name, const std::vector<Branch>& b
     std::vector<std::jthread> threads;
     for (std::size_t t = 0; t < width; ++t) threads.emplace_back(drive);
   }
-  const bool fatal = replay_.fenced() || replay_.fatal().has_value();
+  const bool fatal =
+      replay_.fenced() || replay_.unavailable().has_value() || replay_.fatal().has_value();
   for (const auto& o : outcomes) {
     if (o.error && (fatal || ends_execution(o.error))) std::rethrow_exception(o.error);
   }

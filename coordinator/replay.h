@@ -16,6 +16,7 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/step_recorder.h"
+#include "errors/errors.h"
 #include "ledger/ledger.h"
 #include "pg/pg.h"
 
@@ -59,6 +60,21 @@ class Replay {
   std::optional<json> fatal() const;
   // The writer lost the instance: nothing more may be written.
   bool fenced() const { return fenced_; }
+  // The first transient database failure (Unavailable) a step call met, whatever the workflow
+  // did with the exception: the execution's end then says nothing about the workflow and is not
+  // recorded.
+  std::optional<Unavailable> unavailable() const;
+  // Runs one step call of the workflow (Scope's); an Unavailable it raises is kept for
+  // unavailable() on its way out.
+  template <class F>
+  auto guarded(F&& call) -> decltype(call()) {
+    try {
+      return call();
+    } catch (const Unavailable& e) {
+      met_unavailable(e);
+      throw;
+    }
+  }
   // Whether a succeeded step names a compensation (a failure then rolls back).
   bool has_compensations() const;
 
@@ -92,6 +108,7 @@ class Replay {
                    std::optional<std::int64_t> due_in_ms, std::string_view what,
                    const json& detail);
   [[noreturn]] void refused(const std::string& what);
+  void met_unavailable(const Unavailable& e);
   std::chrono::milliseconds elapsed() const;
 
   pg::Pool& pool_;
@@ -107,6 +124,7 @@ class Replay {
   int calls_ = 0;
   std::string current_;
   std::optional<json> fatal_;
+  std::optional<Unavailable> unavailable_;
   std::atomic<bool> fenced_{false};
 };
 

@@ -302,6 +302,23 @@ inline constexpr pg::Statement kFinish{
     "  SELECT instance_id, $2, $3, $6, coalesce($5::jsonb, '{}'::jsonb) FROM i) "
     "SELECT 1 FROM i"};
 
+// The replay met a transient database failure ($4 its cause): the instance waits $3 ms (the
+// executor's backoff; never past its deadline unless rolling back) and is then due again for any
+// executor, like a suspended one. Not an outcome: nothing of the failure is recorded on the
+// instance but this history entry. No row when $2 no longer holds it.
+inline constexpr pg::Statement kRetryLater{
+    "wf_retry_later",
+    "WITH i AS (UPDATE wf_instances SET status = 'waiting', owner = NULL, lease_expires_at = NULL, "
+    "    wake_at = least(runledger_now() + make_interval(secs => $3::bigint / 1000.0), "
+    "      CASE WHEN rollback IS NULL THEN deadline_at END), "
+    "    updated_at = runledger_now() "
+    "  WHERE instance_id = $1 AND generation = $2 AND status = 'running' "
+    "  RETURNING instance_id, current_step), "
+    "h AS (INSERT INTO wf_history (instance_id, generation, what, step_key, detail) "
+    "  SELECT instance_id, $2, 'database unavailable', current_step, "
+    "    jsonb_build_object('cause', $4::text, 'retry_in_ms', $3::bigint) FROM i) "
+    "SELECT 1 FROM i"};
+
 // Extends by $2 ms the leases of $1, a JSON array of {instance_id, generation}; returns those
 // still held. Locks them in instance_id order first, like kRecordSteps: an UPDATE ... FROM would
 // lock them in whatever order its plan visits them.

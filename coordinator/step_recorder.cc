@@ -6,6 +6,7 @@
 
 #include "coordinator/rows.h"
 #include "coordinator/statements.h"
+#include "errors/errors.h"
 
 namespace runledger::coordinator {
 
@@ -62,6 +63,13 @@ void StepRecorder::write(const std::vector<Pending*>& batch) {
     // The statement failed, so nothing of it was written: a row may be at fault.
     if (batch.size() == 1) {
       batch[0]->error = std::current_exception();
+      return;
+    }
+  } catch (const Unavailable& e) {
+    // A lock timeout or a deadlock names one row's instance, and nothing was written: the others
+    // go on alone. A lost connection (the commit may have happened) reaches every writer.
+    if (batch.size() == 1 || e.outcome_unknown()) {
+      for (Pending* p : batch) p->error = std::current_exception();
       return;
     }
   } catch (...) {

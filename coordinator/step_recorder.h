@@ -11,7 +11,9 @@
 // Each row keeps the semantics of a lone record: written only while its writer's generation holds
 // the instance and the step is not final yet; a refused row refuses only its own caller. A batch
 // whose statement fails (an SQL error) is retried row by row, so an error reaches only the
-// callers whose own row fails (a lost connection, whose commit may have happened, reaches all).
+// callers whose own row fails; so is one that met a lock timeout or a deadlock (Unavailable whose
+// outcome is known: nothing was written). A lost connection, whose commit may have happened,
+// reaches all.
 // A row whose instance another transaction has locked holds its batch up until that one ends
 // (claims and operator actions are single statements; sessions have a lock_timeout).
 //

@@ -96,7 +96,18 @@ TEST_CASE("a running executor is woken by a creation and by an event, not by pol
     }
     return f.status("i-1") == wanted;
   };
-  std::this_thread::sleep_for(300ms);  // the executor is idle and listening
+  // Ready when the executor's session has run its LISTEN (the server's word, not a guess).
+  const auto listening = [&] {
+    return f.sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'idle' AND query LIKE 'LISTEN%runledger_wf%'")[0][0]
+               .as<int>() == 1;
+  };
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!listening() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(listening());
   f.create("echo", "i-1", {{"n", 1}});
   CHECK(wait_for(InstanceStatus::waiting));
   f.client().send_event("i-1", "go", {{"ok", true}}, "go-1");

@@ -1,0 +1,218 @@
+// Transient database failures are never a workflow's outcome: a step record that meets a lock
+// timeout or a deadlock leaves the instance unfinished, and it completes as an undisturbed one
+// does, with nothing rolled back, even when the workflow's code caught the failure.
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "errors/errors.h"
+#include "failpoint/failpoint.h"
+#include "tests/coordinator/coordinator_fixture.h"
+
+using namespace runledger;
+using namespace runledger::testing;
+using namespace std::chrono_literals;
+using coordinator::InstanceStatus;
+using coordinator::StepConfig;
+
+namespace {
+
+// charge (undone by "refund"), then ship; the workflow swallows any std::exception of ship, as
+// careless workflow code would.
+struct Order {
+  std::atomic<int> charges{0};
+  std::atomic<int> ships{0};
+  std::atomic<int> refunds{0};
+
+  void add_to(CoordinatorFixture& f) {
+    f.registry.add_compensation(coordinator::Compensation{
+        "refund", {}, [this](const coordinator::UndoRequest&, std::stop_token) { ++refunds; }});
+    f.add("order", [this](const json&, coordinator::Step& step) {
+      StepConfig undo;
+      undo.compensation = "refund";
+      const json charge = step.run("charge", undo, [this](std::stop_token) {
+        ++charges;
+        return json("c-1");
+      });
+      json shipped;
+      try {
+        shipped = step.run("ship", [this](std::stop_token) {
+          ++ships;
+          failpoint::hit("test.inside_ship");
+          return json("s-1");
+        });
+      } catch (const std::exception& e) {
+        return json{{"charge", charge}, {"shipped", false}, {"error", e.what()}};
+      }
+      return json{{"charge", charge}, {"shipped", shipped}};
+    });
+  }
+};
+
+const json kUndisturbed = {{"charge", "c-1"}, {"shipped", "s-1"}};
+
+coordinator::Options short_locks() {
+  coordinator::Options o;
+  o.threads = 2;
+  o.lock_timeout = 300ms;
+  o.poll_interval = 100ms;
+  o.unavailable_backoff.first = 20ms;
+  return o;
+}
+
+bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return condition();
+}
+
+// Backends of this database (other than the asking one) waiting for a lock, in a statement whose
+// text has `text` (the retry's statement writes the history entry 'database unavailable').
+int lock_waiters(CoordinatorFixture& f, const std::string& text = "") {
+  pqxx::connection conn(f.db.url());
+  pqxx::nontransaction tx(conn);
+  return tx
+      .exec_params(
+          "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+          "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' "
+          "AND strpos(query, $1) > 0",
+          text)[0][0]
+      .as<int>();
+}
+
+const std::string kRetryStatement = "database unavailable";
+
+std::vector<json> unavailable_entries(CoordinatorFixture& f, const std::string& id) {
+  std::vector<json> out;
+  for (const auto& h : f.client().history(id)) {
+    CHECK(h.what != "rolling back");
+    CHECK(h.what != "errored");
+    if (h.what == "database unavailable") out.push_back(h.detail);
+  }
+  return out;
+}
+
+// Runs `executor` on its own thread until the scope ends.
+struct Running {
+  explicit Running(coordinator::Executor& e) : executor(e), thread([&e] { e.run(); }) {}
+  ~Running() {
+    failpoint::disarm_all();
+    executor.request_stop();
+    thread.join();
+  }
+  coordinator::Executor& executor;
+  std::thread thread;
+};
+
+}  // namespace
+
+TEST_CASE("a step record that meets a lock timeout leaves the instance to finish undisturbed") {
+  CoordinatorFixture f;
+  Order order;
+  order.add_to(f);
+  f.create("order", "o-1");
+  auto executor = f.executor(short_locks());
+  failpoint::arm("test.inside_ship", failpoint::Action::pause);
+  const Running running(*executor);
+  REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
+
+  // Another session holds the instance row past the executor's lock_timeout while ship's
+  // record waits for it.
+  pqxx::connection other(f.db.url());
+  pqxx::work hold(other);
+  hold.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");
+  failpoint::release("test.inside_ship");
+  // The record gave up (lock_timeout) when the retry's statement is the one waiting.
+  REQUIRE(wait_for([&] { return lock_waiters(f, kRetryStatement) > 0; }, 10s));
+  hold.commit();
+
+  REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
+  CHECK(f.client().get("o-1").output == kUndisturbed);
+  CHECK(order.charges == 1);  // recorded before the failure: never run again
+  CHECK(order.ships == 2);    // its record failed, so the body ran again
+  CHECK(order.refunds == 0);
+  const auto entries = unavailable_entries(f, "o-1");
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0]["cause"] == "lock_timeout");
+}
+
+TEST_CASE("a step record chosen as a deadlock's victim leaves the instance to finish undisturbed") {
+  CoordinatorFixture f;
+  Order order;
+  order.add_to(f);
+  f.create("order", "o-1");
+  // The deadlock check runs after deadlock_timeout (1 s): the lock must not time out first.
+  auto options = short_locks();
+  options.lock_timeout = 5s;
+  auto executor = f.executor(options);
+  failpoint::arm("test.inside_ship", failpoint::Action::pause);
+  const Running running(*executor);
+  REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
+
+  // The other session writes ship's step row first (uncommitted), so the executor's record waits
+  // for it while holding the instance FOR SHARE; then the other session wants the instance row
+  // FOR UPDATE. The executor waited first, so its deadlock check runs first and it is the victim.
+  pqxx::connection other(f.db.url());
+  pqxx::work cross(other);
+  cross.exec(
+      "INSERT INTO wf_steps (instance_id, step_key, kind, config, state, generation) "
+      "VALUES ('o-1', 'ship#1', 'run', '{}', 'pending', 0)");
+  failpoint::release("test.inside_ship");
+  REQUIRE(wait_for([&] { return lock_waiters(f) > 0; }, 10s));
+  cross.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");  // deadlock
+  cross.abort();
+
+  REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
+  CHECK(f.client().get("o-1").output == kUndisturbed);
+  CHECK(order.charges == 1);
+  CHECK(order.ships == 2);
+  CHECK(order.refunds == 0);
+  const auto entries = unavailable_entries(f, "o-1");
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0]["cause"] == "deadlock");
+}
+
+TEST_CASE("an undisturbed order completes with the same output and no retry") {
+  // The reference the two tests above compare with.
+  CoordinatorFixture f;
+  Order order;
+  order.add_to(f);
+  f.create("order", "o-1");
+  auto executor = f.executor(short_locks());
+  while (executor->run_one()) {
+  }
+  REQUIRE(f.status("o-1") == InstanceStatus::complete);
+  CHECK(f.client().get("o-1").output == kUndisturbed);
+  CHECK(order.ships == 1);
+  CHECK(unavailable_entries(f, "o-1").empty());
+}
+
+TEST_CASE("when not even the retry can be recorded, the instance is left to its lease") {
+  // The instance row stays locked past both the step record's and the retry's lock_timeout:
+  // nothing at all is written, and the instance, still running, is claimed again once its lease
+  // has expired.
+  CoordinatorFixture f;
+  Order order;
+  order.add_to(f);
+  f.create("order", "o-1");
+  auto executor = f.executor(short_locks());
+  failpoint::arm("test.inside_ship", failpoint::Action::pause);
+  const Running running(*executor);
+  REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
+  pqxx::connection other(f.db.url());
+  pqxx::work hold(other);
+  hold.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");
+  failpoint::release("test.inside_ship");
+  REQUIRE(wait_for([&] { return lock_waiters(f, kRetryStatement) > 0; }, 10s));
+  REQUIRE(wait_for([&] { return lock_waiters(f) == 0; }, 10s));  // the retry gave up too
+  CHECK(f.status("o-1") == InstanceStatus::running);
+  hold.commit();
+  f.db.advance_clock(31s);  // past the 30 s lease
+  REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
+  CHECK(f.client().get("o-1").output == kUndisturbed);
+  CHECK(order.refunds == 0);
+  CHECK(unavailable_entries(f, "o-1").empty());
+}
