@@ -24,6 +24,15 @@
 //    call of the last turn that had not started yet then runs).
 //  - Runs are multiplexed over a small connection pool (Options::pool_size), not one connection
 //    per run.
+//  - A transient database failure (Unavailable) is never a run's outcome: heartbeats, claims and
+//    settlements retry it (bounded, jittered backoff); a driver that gives up on one is
+//    re-settled and driven again from the record while the run is still ours, and otherwise the
+//    run is left to its lease.
+//  - Lifetime: a run's worker shares ownership of what it touches (the process's state, its
+//    ledger, store and pool, the driver, its RunContext). Destroying a Process (or leaving run()
+//    by an exception, e.g. a lost slot) while a worker is inside a tool detaches that worker: the
+//    slot is given up at once, the run is left to lease expiry as in a handoff, and the tool
+//    returns into live objects (its next may_start_tool() is false; its writes are fenced).
 //
 // Thread-safety: request_stop() is async-signal-safe. RunContext methods are thread-safe. The
 // rest is called from the thread that owns the Process.
@@ -38,6 +47,7 @@
 
 #include "ids/ids.h"
 #include "ledger/ledger.h"
+#include "pg/pg.h"
 #include "settlement/settlement.h"
 #include "transcript/transcript.h"
 
@@ -58,6 +68,10 @@ struct Options {
   std::chrono::milliseconds safety_margin{5'000};
   // How often to look for new work when no NOTIFY wakes the process.
   std::chrono::milliseconds poll_interval{500};
+  // How long a statement of this process waits for a row lock before it fails (Unavailable).
+  std::chrono::milliseconds lock_timeout{5'000};
+  // Retries of work that met a transient database failure (settling, re-driving a run).
+  pg::Backoff unavailable_backoff;
   settlement::Options settlement;
 };
 
@@ -74,6 +88,10 @@ class RunContext {
   // True when a tool may start now (the lease is fresh, re-verified if need be, and the run is
   // still ours). Drivers call it right before every tool.
   virtual bool may_start_tool() = 0;
+  // The process's ledger and store, for the driver's writes. They stay valid while the driver
+  // holds the context, even after the Process object is destroyed.
+  virtual ledger::Ledger& ledger() = 0;
+  virtual transcript::Store& store() = 0;
 };
 
 // The bot's side of a run.
@@ -85,7 +103,8 @@ class RunDriver {
   virtual settlement::Callbacks callbacks(const ledger::Run& run) = 0;
   // Drives the run until it finishes (the driver writes the terminal record), is lost, or a stop
   // is requested at a safe point. Returns true when it stopped at a safe point (the run may be
-  // released), false when it finished or was lost.
+  // released), false when it finished or was lost. Unavailable thrown out of it means "not now":
+  // the run is settled and driven again after a backoff while it is still ours.
   virtual bool drive(RunContext& context) = 0;
 };
 
@@ -99,9 +118,10 @@ struct HeldRun;  // private to boot/
 
 class Process {
  public:
+  // The driver is shared with the run workers, which may outlive the Process (see Lifetime).
   Process(std::string database_url, ledger::Options ledger_options,
           transcript::Options transcript_options, settlement::EffectClasses classes,
-          Options options, RunDriver& driver);
+          Options options, std::shared_ptr<RunDriver> driver);
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
@@ -121,7 +141,7 @@ class Process {
  private:
   friend struct HeldRun;
   struct State;
-  std::unique_ptr<State> state_;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace runledger::boot

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -25,13 +26,23 @@ std::int64_t ticks(Clock::time_point t) {
 
 struct HeldRun;
 
-struct Process::State {
+pg::Pool::Options pool_options(const std::string& url, const Options& o) {
+  pg::Pool::Options p;
+  p.url = url;
+  p.size = o.pool_size;
+  p.lock_timeout = o.lock_timeout;
+  return p;
+}
+
+// Shared by the Process and every run worker (a worker detached inside a tool outlives the
+// Process and must find all of this alive when the tool returns).
+struct Process::State : std::enable_shared_from_this<Process::State> {
   State(std::string url, ledger::Options lo, transcript::Options to,
-        settlement::EffectClasses classes, Options o, RunDriver& d)
+        settlement::EffectClasses classes, Options o, std::shared_ptr<RunDriver> d)
       : database_url(std::move(url)),
         options(std::move(o)),
-        driver(d),
-        pool(database_url, options.pool_size),
+        driver(std::move(d)),
+        pool(pool_options(database_url, options)),
         ledger(pool, lo),
         store(pool, ledger, to),
         settler(ledger, store, std::move(classes), options.settlement),
@@ -53,13 +64,18 @@ struct Process::State {
   bool may_start_tool(HeldRun& run);
   void start_driver(std::shared_ptr<HeldRun> run);
   void heartbeat_loop();
-  // Settles a claim; nullopt when the run was interrupted or lost meanwhile.
-  std::optional<settlement::Resume> settle(const ledger::Claim& claim);
+  // Settles a claim (retrying transient failures while `keep_trying`); nullopt when the run was
+  // interrupted or lost meanwhile, or could not be settled.
+  std::optional<settlement::Resume> settle(const ledger::Claim& claim,
+                                           const std::function<bool()>& keep_trying);
+  // A run worker's life: settle if needed, drive, and after a transient failure settle and drive
+  // again (with backoff) while the run is still ours.
+  void work(HeldRun& run);
   std::size_t reap();
 
   std::string database_url;
   Options options;
-  RunDriver& driver;
+  std::shared_ptr<RunDriver> driver;
   pg::Pool pool;
   ledger::Ledger ledger;
   transcript::Store store;
@@ -92,7 +108,10 @@ struct HeldRun : RunContext {
   bool lost() const override { return lost_ || state.slot_lost; }
   bool stop_requested() const override { return state.stopping; }
   bool may_start_tool() override { return state.may_start_tool(*this); }
+  ledger::Ledger& ledger() override { return state.ledger; }
+  transcript::Store& store() override { return state.store; }
 
+  // Alive while this run's worker is: the worker holds the State.
   Process::State& state;
   ledger::Claim claim_;
   settlement::Resume resume_{false, 0, StepNo(1), {}};
@@ -165,9 +184,13 @@ void Process::State::heartbeat_loop() {
   }
 }
 
-std::optional<settlement::Resume> Process::State::settle(const ledger::Claim& claim) {
+std::optional<settlement::Resume> Process::State::settle(const ledger::Claim& claim,
+                                                         const std::function<bool()>& keep_trying) {
   try {
-    auto resume = settler.settle(claim, driver.callbacks(claim.run));
+    // Settling is safe to repeat: what a try recorded, the next one finds done.
+    auto resume = pg::retry_unavailable(
+        options.unavailable_backoff,
+        [&] { return settler.settle(claim, driver->callbacks(claim.run)); }, keep_trying);
     if (resume.interrupted) {
       note("run " + claim.run.run_id.value() +
            " interrupted: taken over too often without progress");
@@ -185,30 +208,54 @@ std::optional<settlement::Resume> Process::State::settle(const ledger::Claim& cl
   }
 }
 
+void Process::State::work(HeldRun& run) {
+  const auto ours = [&] { return !run.lost() && !stopping; };
+  for (int failures = 0;;) {
+    try {
+      if (run.needs_settlement) {
+        auto resume = settle(run.claim_, ours);
+        if (!resume) return;
+        run.resume_ = std::move(*resume);
+        run.needs_settlement = false;
+      }
+      run.safe_point = driver->drive(run);
+      return;
+    } catch (const Unavailable& e) {
+      // Not the run's outcome. The driver gave up mid-run: what it had recorded is settled again
+      // (same generation) and the run driven on from there.
+      if (!ours() || ++failures >= options.unavailable_backoff.tries) {
+        spdlog::warn("run {}: {}; left to its lease", run.claim_.run.run_id.value(), e.what());
+        return;
+      }
+      const auto wait = options.unavailable_backoff.delay(failures);
+      spdlog::warn("run {}: {}; driving it again in {} ms", run.claim_.run.run_id.value(), e.what(),
+                   wait.count());
+      pg::sleep_for_backoff(wait, ours);
+      run.needs_settlement = true;
+    }
+  }
+}
+
 void Process::State::start_driver(std::shared_ptr<HeldRun> run) {
   {
     std::lock_guard lock(mu);
     held[run->key()] = run;
   }
-  run->worker = std::thread([this, run] {
+  // The worker owns the state and its run: it may outlive the Process (detached inside a tool).
+  run->worker = std::thread([self = shared_from_this(), run] {
     try {
-      if (run->needs_settlement) {
-        if (auto resume = settle(run->claim_)) {
-          run->resume_ = std::move(*resume);
-        } else {
-          run->done = true;
-          return;
-        }
-      }
-      run->safe_point = driver.drive(*run);
+      self->work(*run);
     } catch (const FencedError& e) {
       spdlog::warn("run {} fenced: {}", run->claim_.run.run_id.value(), e.what());
       run->lost_ = true;
     } catch (const std::exception& e) {
       spdlog::error("run {} driver failed: {}", run->claim_.run.run_id.value(), e.what());
     }
-    run->done = true;
-    wake.notify_all();
+    {
+      std::lock_guard lock(self->mu);
+      run->done = true;
+    }
+    self->wake.notify_all();
   });
 }
 
@@ -227,9 +274,11 @@ std::size_t Process::State::reap() {
 
 Process::Process(std::string database_url, ledger::Options ledger_options,
                  transcript::Options transcript_options, settlement::EffectClasses classes,
-                 Options options, RunDriver& driver)
-    : state_(std::make_unique<State>(std::move(database_url), ledger_options, transcript_options,
-                                     std::move(classes), std::move(options), driver)) {}
+                 Options options, std::shared_ptr<RunDriver> driver)
+    : state_(std::make_shared<State>(std::move(database_url), ledger_options, transcript_options,
+                                     std::move(classes), std::move(options), std::move(driver))) {
+  if (!state_->driver) throw InvalidArgument("a bot process needs a run driver");
+}
 
 Process::~Process() {
   auto& s = *state_;
@@ -249,9 +298,16 @@ Process::~Process() {
     if (run->done) {
       run->worker.join();
     } else {
-      run->worker.detach();  // still inside a tool: left to lease expiry, as in a handoff
+      // Still inside a tool: left to lease expiry, as in a handoff. The worker holds the state.
+      run->worker.detach();
     }
   }
+  s.held.clear();
+  lock.unlock();
+  // Give the slot up now, as a process that exits does: a successor need not wait for the tool.
+  std::lock_guard beat_lock(s.beat_mu);
+  s.slot_lost = true;
+  s.slot.reset();
 }
 
 void Process::boot() {
@@ -289,7 +345,7 @@ void Process::boot() {
     const auto settle_some = [&] {
       for (std::size_t i = next++; i < runs.size(); i = next++) {
         auto& run = runs[i];
-        auto resume = s.settle(run->claim_);
+        auto resume = s.settle(run->claim_, [&] { return !run->lost() && !s.stopping; });
         std::lock_guard lock(s.mu);
         if (!resume) {
           s.held.erase(run->key());

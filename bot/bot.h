@@ -15,6 +15,12 @@
 // goes on. After the last turn the bot appends a final assistant entry and finishes the run with
 // `result`.
 //
+// A write that meets a transient database failure (Unavailable) is repeated with a bounded,
+// jittered backoff while the run is still ours: intents and completions are idempotent, and an
+// append whose commit outcome is unknown is looked up in the transcript before it is repeated, so
+// an entry is never written twice. A driver that gives up throws Unavailable out of drive(), and
+// boot/ settles and drives the run again.
+//
 // Thread-safety: ScriptedDriver is thread-safe; each drive() works on its own run.
 #pragma once
 
@@ -27,16 +33,15 @@ namespace runledger::bot {
 
 class ScriptedDriver : public boot::RunDriver {
  public:
-  explicit ScriptedDriver(tools::ToolsOptions tools);
-  // The process whose ledger and store the driver writes through; set before boot().
-  void attach(boot::Process& process) { process_ = &process; }
+  explicit ScriptedDriver(tools::ToolsOptions tools, pg::Backoff write_backoff = {});
 
   settlement::Callbacks callbacks(const ledger::Run& run) override;
+  // Writes through context.ledger() and context.store().
   bool drive(boot::RunContext& context) override;
 
  private:
   tools::Tools tools_;
-  boot::Process* process_ = nullptr;
+  pg::Backoff write_backoff_;
 };
 
 // The effect classes of the reference tools.

@@ -1,6 +1,8 @@
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <map>
+#include <optional>
 
 #include "bot/bot.h"
 #include "errors/errors.h"
@@ -45,14 +47,20 @@ struct Next {
   int script_turn = 0;
   bool recheck = false;
   json calls = json::array();
+  std::int64_t last_turn_seq = 0;  // the newest assistant entry's seq (0: none)
+  bool last_was_final = false;
 };
 
-Next next_turn(transcript::Store& store, const RunId& run, const json& turns) {
+Next decide_next_turn(transcript::Store& store, const RunId& run, const json& turns) {
   const auto last = store.last_entry(run, EntryKind::assistant);
   Next next;
+  if (last) next.last_turn_seq = last->seq;
   if (last) {
     const json turn = json::parse(last->body);
-    if (turn.value("final", false)) return {true, 0, false, json::array()};
+    if (turn.value("final", false)) {
+      next.done = next.last_was_final = true;
+      return next;
+    }
     next.script_turn = turn["script_turn"].get<int>() + 1;
     if (!turn.value("recheck", false)) {
       // Calls of that turn whose results came back synthetic: the model re-checks them first.
@@ -66,13 +74,78 @@ Next next_turn(transcript::Store& store, const RunId& run, const json& turns) {
             rechecks.push_back(again);
         }
       }
-      if (!rechecks.empty()) return {false, turn["script_turn"].get<int>(), true, rechecks};
+      if (!rechecks.empty()) {
+        next.script_turn = turn["script_turn"].get<int>();
+        next.recheck = true;
+        next.calls = rechecks;
+        return next;
+      }
     }
   }
-  if (next.script_turn >= static_cast<int>(turns.size())) return {true, 0, false, json::array()};
+  if (next.script_turn >= static_cast<int>(turns.size())) {
+    next.done = true;
+    return next;
+  }
   next.calls = turns[static_cast<std::size_t>(next.script_turn)].value("calls", json::array());
   return next;
 }
+
+// A run's writes, each repeated through transient database failures while the run is ours.
+class Writes {
+ public:
+  Writes(boot::RunContext& context, const pg::Backoff& backoff)
+      : context_(context), backoff_(backoff), run_(context.claim().run.run_id) {}
+
+  // Repeats `write`; before a repeat that follows a failure whose commit outcome is unknown,
+  // `landed` (when given) says whether that try committed after all, with its result.
+  template <class T>
+  T persist(const std::function<T()>& write,
+            const std::function<std::optional<T>()>& landed = nullptr) {
+    bool maybe_landed = false;
+    return pg::retry_unavailable(
+        backoff_,
+        [&]() -> T {
+          if (maybe_landed && landed) {
+            if (auto result = landed()) return *result;
+          }
+          try {
+            return write();
+          } catch (const Unavailable& e) {
+            maybe_landed = maybe_landed || e.outcome_unknown();
+            spdlog::warn("run {}: {}", run_.value(), e.what());
+            throw;
+          }
+        },
+        [&] { return !context_.lost(); });
+  }
+
+  // Reads are safe to repeat as they are.
+  template <class F>
+  auto read(F&& fn) -> decltype(fn()) {
+    return pg::retry_unavailable(backoff_, std::forward<F>(fn), [&] { return !context_.lost(); });
+  }
+
+  // Appends `body` once: an append whose outcome is unknown is found in the transcript (an entry
+  // of `kind` after `after_seq` with these bytes: only this driver appends to the run) before it
+  // is repeated.
+  std::int64_t append(Generation generation, EntryKind kind, const std::string& body,
+                      std::int64_t after_seq) {
+    auto& store = context_.store();
+    return persist<std::int64_t>([&] { return store.append(run_, generation, kind, body); },
+                                 [&]() -> std::optional<std::int64_t> {
+                                   const auto last = store.last_entry(run_, kind);
+                                   if (last && last->seq > after_seq && last->body == body) {
+                                     return last->seq;
+                                   }
+                                   return std::nullopt;
+                                 });
+  }
+
+ private:
+  boot::RunContext& context_;
+  const pg::Backoff& backoff_;
+  const RunId run_;
+};
 
 }  // namespace
 
@@ -80,7 +153,8 @@ settlement::EffectClasses reference_effect_classes() {
   return settlement::EffectClasses::parse("pure: read_file\nidempotent: write_file\n");
 }
 
-ScriptedDriver::ScriptedDriver(tools::ToolsOptions tools) : tools_(std::move(tools)) {}
+ScriptedDriver::ScriptedDriver(tools::ToolsOptions tools, pg::Backoff write_backoff)
+    : tools_(std::move(tools)), write_backoff_(write_backoff) {}
 
 settlement::Callbacks ScriptedDriver::callbacks(const ledger::Run&) {
   return {
@@ -106,14 +180,27 @@ settlement::Callbacks ScriptedDriver::callbacks(const ledger::Run&) {
 }
 
 bool ScriptedDriver::drive(boot::RunContext& context) {
-  auto& store = process_->store();
-  auto& ledger = process_->ledger();
+  auto& store = context.store();
+  auto& ledger = context.ledger();
   const ledger::Run& run = context.claim().run;
   const Generation generation = run.generation;
+  Writes writes(context, write_backoff_);
+  // A finish whose outcome is unknown landed if the run ended as this generation said.
+  const auto finish = [&](ledger::RunStatus status, const json& result) {
+    writes.persist<bool>(
+        [&] {
+          ledger.finish(run.run_id, generation, status, result);
+          return true;
+        },
+        [&]() -> std::optional<bool> {
+          const auto now = ledger.get(run.run_id);
+          if (now.status == status && now.generation == generation) return true;
+          return std::nullopt;
+        });
+  };
   const json script = run.profile.value("script", json());
   if (!script.is_object() || !script.value("turns", json()).is_array()) {
-    ledger.finish(run.run_id, generation, ledger::RunStatus::failed,
-                  {{"error", "the run's profile has no script"}});
+    finish(ledger::RunStatus::failed, {{"error", "the run's profile has no script"}});
     return false;
   }
   Vars vars = {{"run_id", run.run_id.value()}};
@@ -122,20 +209,19 @@ bool ScriptedDriver::drive(boot::RunContext& context) {
     vars[name] = value.is_string() ? value.get<std::string>() : value.dump();
   }
   const auto to_result = callbacks(run).tool_result;
-  StepNo next_step = store.next_step_no(run.run_id);
+  StepNo next_step = writes.read([&] { return store.next_step_no(run.run_id); });
   try {
     for (;;) {
       if (context.lost()) return false;
       if (context.stop_requested()) return true;  // between turns: a safe point
-      const Next next = next_turn(store, run.run_id, script["turns"]);
+      const Next next =
+          writes.read([&] { return decide_next_turn(store, run.run_id, script["turns"]); });
       if (next.done) {
-        const auto last = store.last_entry(run.run_id, EntryKind::assistant);
-        if (!last || !json::parse(last->body).value("final", false)) {
-          store.append(run.run_id, generation, EntryKind::assistant,
-                       dump({{"final", true}, {"text", "The work is done."}}));
+        if (!next.last_was_final) {
+          writes.append(generation, EntryKind::assistant,
+                        dump({{"final", true}, {"text", "The work is done."}}), next.last_turn_seq);
         }
-        ledger.finish(run.run_id, generation, ledger::RunStatus::finished,
-                      substitute(script.value("result", json()), vars));
+        finish(ledger::RunStatus::finished, substitute(script.value("result", json()), vars));
         return false;
       }
       json calls = json::array();
@@ -150,22 +236,39 @@ bool ScriptedDriver::drive(boot::RunContext& context) {
           {"text", next.recheck ? json("The process restarted; re-checking before going on.")
                                 : script["turns"][next.script_turn].value("text", json(""))},
           {"calls", calls}};
-      store.append(run.run_id, generation, EntryKind::assistant, dump(turn));
+      writes.append(generation, EntryKind::assistant, dump(turn), next.last_turn_seq);
       failpoint::hit("bot.after_turn_append");
       for (const auto& c : calls) {
         // Calls of this turn not started yet are settled as never started by whoever resumes.
         if (context.stop_requested()) return true;
         if (!context.may_start_tool()) return false;
         const settlement::ToolCall call{c["id"], c["tool"], c["args"]};
-        const std::string key = store.begin_step(run.run_id, generation,
-                                                 {next_step, call.tool, call.call_id, call.args});
+        const transcript::StepIntent intent{next_step, call.tool, call.call_id, call.args};
+        // The identical intent repeated returns the same key.
+        const std::string key = writes.persist<std::string>(
+            [&] { return store.begin_step(run.run_id, generation, intent); });
         failpoint::hit("bot.after_intent");
         if (!context.may_start_tool()) return false;  // the self-fence, right before the effect
         const StepOutcome outcome = tools_.run(call, {run.run_id, generation, key});
         failpoint::hit("bot.after_effect");
-        store.complete_step(run.run_id, generation, next_step, outcome);
+        // The identical completion repeated is a no-op.
+        writes.persist<bool>([&] {
+          store.complete_step(run.run_id, generation, next_step, outcome);
+          return true;
+        });
         failpoint::hit("bot.after_completion");
-        store.append_tool_result(run.run_id, generation, next_step, to_result(call, outcome));
+        const std::string result = to_result(call, outcome);
+        writes.persist<bool>(
+            [&] {
+              store.append_tool_result(run.run_id, generation, next_step, result);
+              return true;
+            },
+            [&]() -> std::optional<bool> {
+              for (const auto& step : store.steps(run.run_id)) {
+                if (step.step_no == next_step && step.result_seq) return true;
+              }
+              return std::nullopt;
+            });
         next_step = StepNo(next_step.value() + 1);
       }
     }

@@ -49,15 +49,21 @@ int bot(const Args& args) {
     options.safety_margin = ledger_options.lease_ttl / 6;
   }
 
-  bot::ScriptedDriver driver({work / "sandboxes", effects_log});
+  auto driver =
+      std::make_shared<bot::ScriptedDriver>(tools::ToolsOptions{work / "sandboxes", effects_log});
   boot::Process process(url, ledger_options, {}, std::move(classes), options, driver);
-  driver.attach(process);
-  running_process = &process;
-  std::signal(SIGTERM, request_handoff);
-  std::signal(SIGINT, request_handoff);
+  // Cleared on every way out (run() throws when the slot is lost): a later signal must not reach
+  // a destroyed Process.
+  struct Handling {
+    explicit Handling(boot::Process& p) {
+      running_process = &p;
+      std::signal(SIGTERM, request_handoff);
+      std::signal(SIGINT, request_handoff);
+    }
+    ~Handling() { running_process = nullptr; }
+  } handling(process);
   process.boot();
   process.run();
-  running_process = nullptr;
   return 0;
 }
 

@@ -46,18 +46,25 @@ struct CountingDriver : boot::RunDriver {
       if (block_in_tool) blocker.wait();
       std::this_thread::sleep_for(2ms);
       tools_run++;
+      if (write_after_tool) {
+        // What a real driver does when its tool returns: record the result.
+        ctx.store().append(ctx.claim().run.run_id, ctx.claim().run.generation,
+                           transcript::EntryKind::tool_result, "after the tool");
+        wrote_after_tool++;
+      }
     }
-    process->ledger().finish(ctx.claim().run.run_id, ctx.claim().run.generation,
-                             RunStatus::finished, {{"tools", tools}});
+    ctx.ledger().finish(ctx.claim().run.run_id, ctx.claim().run.generation, RunStatus::finished,
+                        {{"tools", tools}});
     return false;
   }
 
   int tools;
-  boot::Process* process = nullptr;
   std::atomic<int> tools_run{0};
   std::atomic<int> stopped_as_lost{0};
   std::atomic<int> active{0};
   bool block_in_tool = false;
+  bool write_after_tool = false;
+  std::atomic<int> wrote_after_tool{0};
   std::shared_future<void> blocker;
   std::mutex mu;
   std::vector<std::string> started;
@@ -100,7 +107,7 @@ bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds 
 
 TEST_CASE("a second live process with the same slot is refused, and another slot is not") {
   TestDatabase db;
-  CountingDriver driver(1);
+  auto driver = std::make_shared<CountingDriver>(1);
   boot::Process first(db.url(), {}, {}, {}, slot_options("bot-1"), driver);
   first.boot();
   boot::Process twin(db.url(), {}, {}, {}, slot_options("bot-1"), driver);
@@ -117,9 +124,8 @@ TEST_CASE("boot takes over the dead incarnation's runs at once and settles them 
   const RunId queued = f.dispatch("queued");
   for (const auto& run : mine) f.ledger.claim(dead, run);
 
-  CountingDriver driver(3);
+  auto driver = std::make_shared<CountingDriver>(3);
   boot::Process reborn(f.db.url(), {}, {}, {}, slot_options("bot-1"), driver);
-  driver.process = &reborn;
   reborn.boot();
   for (const auto& run : mine) {
     const auto r = f.ledger.get(run);
@@ -150,12 +156,11 @@ TEST_CASE("boot reclaims other slots' expired leases but leaves live ones") {
   f.ledger.claim(make_owner("bot-9"), expired);
   f.db.advance_clock(2s);
   f.ledger.claim(make_owner("bot-8"), live);  // fresh lease on the moved clock
-  CountingDriver driver(1000);
-  driver.block_in_tool = true;
+  auto driver = std::make_shared<CountingDriver>(1000);
+  driver->block_in_tool = true;
   std::promise<void> never;
-  driver.blocker = never.get_future().share();
+  driver->blocker = never.get_future().share();
   boot::Process p(f.db.url(), lease(1s), {}, {}, slot_options("bot-1"), driver);
-  driver.process = &p;
   p.boot();
   CHECK(f.ledger.get(expired).owner->slot == SlotName("bot-1"));
   CHECK(f.ledger.get(live).owner->slot == SlotName("bot-8"));
@@ -165,9 +170,8 @@ TEST_CASE("boot reclaims other slots' expired leases but leaves live ones") {
 TEST_CASE("heartbeats keep the leases of held runs alive") {
   LedgerFixture f(lease(1500ms));
   const RunId run = f.dispatch("r");
-  CountingDriver driver(100000);
+  auto driver = std::make_shared<CountingDriver>(100000);
   boot::Process p(f.db.url(), lease(1500ms), {}, {}, slot_options("bot-1"), driver);
-  driver.process = &p;
   p.boot();
   auto running = std::async(std::launch::async, [&] { p.run(); });
   const StopOnExit stop_on_exit{p};
@@ -182,16 +186,15 @@ TEST_CASE("heartbeats keep the leases of held runs alive") {
 TEST_CASE("a run taken by another process is stopped: no tool starts after the loss") {
   LedgerFixture f(lease(1s));
   const RunId run = f.dispatch("r");
-  CountingDriver driver(100000);
-  driver.block_in_tool = true;
+  auto driver = std::make_shared<CountingDriver>(100000);
+  driver->block_in_tool = true;
   std::promise<void> unblock;
-  driver.blocker = unblock.get_future().share();
+  driver->blocker = unblock.get_future().share();
   boot::Process p(f.db.url(), lease(1s), {}, {}, slot_options("bot-1"), driver);
-  driver.process = &p;
   p.boot();
   auto running = std::async(std::launch::async, [&] { p.run(); });
   const StopOnExit stop_on_exit{p};
-  REQUIRE(wait_for([&] { return driver.started.size() == 1; }, 5s));
+  REQUIRE(wait_for([&] { return driver->started.size() == 1; }, 5s));
   // While the driver sits in a tool past its lease (as a SIGSTOPped process would), the clock
   // moves past the lease and another process claims the run, with a long lease of its own.
   // (Written as the claim's own update: this process's heartbeats, unlike a stopped process's,
@@ -202,10 +205,10 @@ TEST_CASE("a run taken by another process is stopped: no tool starts after the l
       run.value() + "'");
   const Generation thief_generation(2);
   unblock.set_value();
-  CHECK(wait_for([&] { return driver.stopped_as_lost > 0; }, 5s));
-  const int ran = driver.tools_run;
+  CHECK(wait_for([&] { return driver->stopped_as_lost > 0; }, 5s));
+  const int ran = driver->tools_run;
   std::this_thread::sleep_for(200ms);
-  CHECK(driver.tools_run == ran);  // nothing more ran
+  CHECK(driver->tools_run == ran);  // nothing more ran
   CHECK(f.ledger.get(run).generation == thief_generation);
   p.request_stop();
   running.get();
@@ -214,13 +217,12 @@ TEST_CASE("a run taken by another process is stopped: no tool starts after the l
 TEST_CASE("a stop hands runs off at a safe point and releases them for an immediate claim") {
   LedgerFixture f;
   const RunId run = f.dispatch("r");
-  CountingDriver driver(100000);
+  auto driver = std::make_shared<CountingDriver>(100000);
   boot::Process p(f.db.url(), {}, {}, {}, slot_options("bot-1"), driver);
-  driver.process = &p;
   p.boot();
   auto running = std::async(std::launch::async, [&] { p.run(); });
   const StopOnExit stop_on_exit{p};
-  REQUIRE(wait_for([&] { return driver.tools_run > 3; }, 5s));
+  REQUIRE(wait_for([&] { return driver->tools_run > 3; }, 5s));
   p.request_stop();
   running.get();
   const auto after = f.ledger.get(run);
@@ -234,18 +236,17 @@ TEST_CASE("a stop hands runs off at a safe point and releases them for an immedi
 TEST_CASE("a run still inside a tool when the grace ends is left to lease expiry") {
   LedgerFixture f;
   const RunId run = f.dispatch("r");
-  CountingDriver driver(100000);
-  driver.block_in_tool = true;
+  auto driver = std::make_shared<CountingDriver>(100000);
+  driver->block_in_tool = true;
   std::promise<void> unblock;
-  driver.blocker = unblock.get_future().share();
+  driver->blocker = unblock.get_future().share();
   auto options = slot_options("bot-1");
   options.handoff_grace = 300ms;
   boot::Process p(f.db.url(), {}, {}, {}, options, driver);
-  driver.process = &p;
   p.boot();
   auto running = std::async(std::launch::async, [&] { p.run(); });
   const StopOnExit stop_on_exit{p};
-  REQUIRE(wait_for([&] { return driver.started.size() == 1; }, 5s));
+  REQUIRE(wait_for([&] { return driver->started.size() == 1; }, 5s));
   p.request_stop();
   running.get();
   const auto after = f.ledger.get(run);
@@ -253,5 +254,77 @@ TEST_CASE("a run still inside a tool when the grace ends is left to lease expiry
   CHECK(after.lease_expires_at.has_value());
   unblock.set_value();
   // The abandoned driver sees the stop and returns; it must not outlive this test's objects.
-  CHECK(wait_for([&] { return driver.active == 0; }, 5s));
+  CHECK(wait_for([&] { return driver->active == 0; }, 5s));
+}
+
+namespace {
+
+int advisory_locks(LedgerFixture& f) {
+  return f
+      .sql(
+          "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+          "(SELECT oid FROM pg_database WHERE datname = current_database())")[0][0]
+      .as<int>();
+}
+
+int entries_of(LedgerFixture& f, const RunId& run) {
+  return f.sql("SELECT count(*) FROM transcript_entries WHERE run_id = '" + run.value() + "'")[0][0]
+      .as<int>();
+}
+
+}  // namespace
+
+TEST_CASE("a Process destroyed while a run is inside a tool: the tool returns into live objects") {
+  LedgerFixture f;
+  const RunId run = f.dispatch("r");
+  auto driver = std::make_shared<CountingDriver>(100000);
+  driver->block_in_tool = true;
+  driver->write_after_tool = true;
+  std::promise<void> unblock;
+  driver->blocker = unblock.get_future().share();
+  {
+    auto options = slot_options("bot-1");
+    options.handoff_grace = 200ms;
+    boot::Process p(f.db.url(), {}, {}, {}, options, driver);
+    p.boot();
+    auto running = std::async(std::launch::async, [&] { p.run(); });
+    const StopOnExit stop_on_exit{p};
+    REQUIRE(wait_for([&] { return driver->started.size() == 1; }, 5s));
+    p.request_stop();
+    running.get();
+  }                               // destroyed: the worker is detached inside its tool
+  CHECK(advisory_locks(f) == 0);  // the slot was given up with the Process
+  unblock.set_value();
+  REQUIRE(wait_for([&] { return driver->active == 0; }, 5s));
+  // The worker's write after the tool went through the destroyed Process's store and pool.
+  CHECK(driver->wrote_after_tool == 1);
+  CHECK(entries_of(f, run) == 1);
+}
+
+TEST_CASE("a Process destroyed after its slot's session was ended: the tool returns safely") {
+  LedgerFixture f(lease(1s));
+  const RunId run = f.dispatch("r");
+  auto driver = std::make_shared<CountingDriver>(100000);
+  driver->block_in_tool = true;
+  driver->write_after_tool = true;
+  std::promise<void> unblock;
+  driver->blocker = unblock.get_future().share();
+  {
+    auto options = slot_options("bot-1");
+    options.handoff_grace = 200ms;
+    boot::Process p(f.db.url(), lease(1s), {}, {}, options, driver);
+    p.boot();
+    auto running = std::async(std::launch::async, [&] { p.run(); });
+    const StopOnExit stop_on_exit{p};
+    REQUIRE(wait_for([&] { return driver->started.size() == 1; }, 5s));
+    // As a database restart would: the slot's session ends, so the lock is gone.
+    f.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND "
+        "database = (SELECT oid FROM pg_database WHERE datname = current_database())");
+    CHECK_THROWS_AS(running.get(), Unavailable);  // the next heartbeat finds the slot lost
+  }
+  unblock.set_value();
+  REQUIRE(wait_for([&] { return driver->active == 0; }, 5s));
+  CHECK(driver->wrote_after_tool == 1);
+  CHECK(entries_of(f, run) == 1);
 }

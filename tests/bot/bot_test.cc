@@ -60,9 +60,9 @@ boot::Options bot_options() {
 
 // Runs a bot process on the fixture's database until `run` has ended.
 void run_bot_until_done(LedgerFixture& f, const RunId& run, const TempDir& dir) {
-  bot::ScriptedDriver driver({dir.path / "sandboxes", dir.path / "effects.log"});
+  auto driver = std::make_shared<bot::ScriptedDriver>(
+      tools::ToolsOptions{dir.path / "sandboxes", dir.path / "effects.log"});
   boot::Process process(f.db.url(), {}, {}, bot::reference_effect_classes(), bot_options(), driver);
-  driver.attach(process);
   process.boot();
   auto running = std::async(std::launch::async, [&] { process.run(); });
   const auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -129,4 +129,158 @@ TEST_CASE("a run whose unsafe call was in flight resumes, re-checks, and never r
   CHECK(steps[2].call_id == "c2");
   CHECK(lines(dir.path / "effects.log").empty());  // c1 never ran, in any generation
   CHECK(store.verify(run).ok);
+}
+
+namespace {
+
+// A run whose first tool waits inside its sandbox until the test says go (after announcing it is
+// inside), so that the test can stand in the way of the writes that follow it.
+json gated_script() {
+  return {
+      {"turns",
+       {{{"text", "work"},
+         {"calls",
+          {{{"id", "c1"},
+            {"tool", "bash"},
+            {"args",
+             {{"command", "touch inside; while [ ! -e go ]; do sleep 0.01; done; echo done"}}}}}}},
+        {{"text", "write and read"},
+         {"calls",
+          {{{"id", "c2"}, {"tool", "write_file"}, {"args", {{"path", "a.txt"}, {"content", "ok"}}}},
+           {{"id", "c3"}, {"tool", "read_file"}, {"args", {{"path", "a.txt"}}}}}}}}},
+      {"result", {{"ok", true}}}};
+}
+
+// A bot process on the fixture's database, running until the scope ends.
+struct RunningBot {
+  RunningBot(LedgerFixture& f, const TempDir& dir, std::chrono::milliseconds lock_timeout)
+      : driver(std::make_shared<bot::ScriptedDriver>(
+            tools::ToolsOptions{dir.path / "sandboxes", dir.path / "effects.log"})),
+        process(f.db.url(), {}, {}, bot::reference_effect_classes(), options(lock_timeout),
+                driver) {
+    process.boot();
+    running = std::async(std::launch::async, [this] { process.run(); });
+  }
+  ~RunningBot() {
+    process.request_stop();
+    running.get();
+  }
+  static boot::Options options(std::chrono::milliseconds lock_timeout) {
+    auto o = bot_options();
+    o.lock_timeout = lock_timeout;
+    return o;
+  }
+  std::shared_ptr<bot::ScriptedDriver> driver;
+  boot::Process process;
+  std::future<void> running;
+};
+
+bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return condition();
+}
+
+int lock_waiters(LedgerFixture& f) {
+  return f
+      .sql(
+          "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+          "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'")[0][0]
+      .as<int>();
+}
+
+RunId dispatch_gated(LedgerFixture& f, const std::string& key) {
+  auto r = request(key);
+  r.profile = {{"script", gated_script()}};
+  return f.ledger.dispatch(r).run.run_id;
+}
+
+std::vector<std::pair<std::string, std::string>> transcript_of(LedgerFixture& f, const RunId& run) {
+  transcript::Store store(f.pool, f.ledger);
+  std::vector<std::pair<std::string, std::string>> out;
+  store.read(run, 1, [&](const transcript::Entry& e) {
+    out.emplace_back(std::string(transcript::to_string(e.kind)), e.body);
+  });
+  return out;
+}
+
+// The run ended as an undisturbed one does: finished with the script's result, every step done
+// once (nothing settled, the unsafe call run once), the same transcript bytes, a verified chain.
+void check_undisturbed(LedgerFixture& f, const TempDir& dir, const RunId& run,
+                       const RunId& reference) {
+  CHECK(f.ledger.get(run).status == ledger::RunStatus::finished);
+  CHECK(f.ledger.get(run).result == json{{"ok", true}});
+  CHECK(f.ledger.get(run).generation == Generation(1));  // never left to its lease
+  transcript::Store store(f.pool, f.ledger);
+  const auto steps = store.steps(run);
+  REQUIRE(steps.size() == 3);
+  for (const auto& s : steps) CHECK(s.state == transcript::StepState::done);
+  CHECK(transcript_of(f, run) == transcript_of(f, reference));
+  CHECK(store.verify(run).ok);
+  int effects_of_run = 0;
+  for (const auto& line : lines(dir.path / "effects.log")) {
+    effects_of_run += line.rfind(run.value() + "/", 0) == 0;
+  }
+  CHECK(effects_of_run == 1);
+}
+
+RunId run_reference(LedgerFixture& f, const TempDir& dir) {
+  const RunId reference = dispatch_gated(f, "reference");
+  std::filesystem::create_directories(dir.path / "sandboxes" / reference.value());
+  std::ofstream(dir.path / "sandboxes" / reference.value() / "go").put('\n');
+  run_bot_until_done(f, reference, dir);
+  REQUIRE(f.ledger.get(reference).status == ledger::RunStatus::finished);
+  return reference;
+}
+
+}  // namespace
+
+TEST_CASE("a bot's write that meets a lock timeout is repeated, and the run ends undisturbed") {
+  LedgerFixture f;
+  TempDir dir;
+  const RunId reference = run_reference(f, dir);
+  const RunId run = dispatch_gated(f, "blocked");
+  const auto sandbox = dir.path / "sandboxes" / run.value();
+  {
+    RunningBot bot(f, dir, 300ms);
+    REQUIRE(wait_for([&] { return std::filesystem::exists(sandbox / "inside"); }, 10s));
+    // Another session holds the run row while the tool's completion wants it FOR SHARE.
+    pqxx::connection other(f.db.url());
+    pqxx::work hold(other);
+    hold.exec("SELECT 1 FROM live_runs WHERE run_id = '" + run.value() + "' FOR UPDATE");
+    std::ofstream(sandbox / "go").put('\n');
+    REQUIRE(wait_for([&] { return lock_waiters(f) > 0; }, 10s));
+    REQUIRE(wait_for([&] { return lock_waiters(f) == 0; }, 10s));  // gave up: lock_timeout
+    hold.commit();
+    REQUIRE(wait_for([&] { return ledger::is_terminal(f.ledger.get(run).status); }, 20s));
+  }
+  check_undisturbed(f, dir, run, reference);
+}
+
+TEST_CASE("a bot's write chosen as a deadlock's victim is repeated, and the run ends undisturbed") {
+  LedgerFixture f;
+  TempDir dir;
+  const RunId reference = run_reference(f, dir);
+  const RunId run = dispatch_gated(f, "deadlocked");
+  const auto sandbox = dir.path / "sandboxes" / run.value();
+  {
+    RunningBot bot(f, dir, 5s);  // past deadlock_timeout (1 s)
+    REQUIRE(wait_for([&] { return std::filesystem::exists(sandbox / "inside"); }, 10s));
+    // The other session locks the step's row first; the completion takes the run row FOR SHARE
+    // and waits for the step row; then the other session wants the run row: a cycle, whose
+    // victim is the completion (it waited first, so its deadlock check runs first).
+    pqxx::connection other(f.db.url());
+    pqxx::work cross(other);
+    cross.exec("SELECT 1 FROM run_steps WHERE run_id = '" + run.value() +
+               "' AND step_no = 1 FOR UPDATE");
+    std::ofstream(sandbox / "go").put('\n');
+    REQUIRE(wait_for([&] { return lock_waiters(f) > 0; }, 10s));
+    cross.exec("SELECT 1 FROM live_runs WHERE run_id = '" + run.value() + "' FOR UPDATE");
+    cross.abort();
+    REQUIRE(wait_for([&] { return ledger::is_terminal(f.ledger.get(run).status); }, 20s));
+  }
+  check_undisturbed(f, dir, run, reference);
 }
