@@ -21,9 +21,6 @@ const std::vector<EmbeddedFile>& embedded_files();
 
 namespace {
 
-// Any constant unique to runledger; advisory locks are per database.
-constexpr std::int64_t kMigrationLock = 0x72756e6c6467;  // "runldg"
-
 // The record of applied migrations is the runner's own bookkeeping, so it creates it itself;
 // everything else lives in the numbered files.
 constexpr pg::Statement kCreateRecord{"migrations_create_record", R"sql(
@@ -33,7 +30,7 @@ constexpr pg::Statement kCreateRecord{"migrations_create_record", R"sql(
     sha256     text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now())
 )sql"};
-constexpr pg::Statement kLock{"migrations_lock", "SELECT pg_advisory_lock($1)"};
+constexpr pg::Statement kTakeLock{"migrations_lock", "SELECT pg_advisory_lock($1)"};
 constexpr pg::Statement kApplied{
     "migrations_applied",
     "SELECT version, name, sha256 FROM runledger_migrations ORDER BY version"};
@@ -109,7 +106,7 @@ std::vector<Applied> apply(const std::string& url) {
   pqxx::connection conn(url);
   {
     pqxx::nontransaction tx(conn);
-    pg::exec(tx, kLock, kMigrationLock);
+    pg::exec(tx, kTakeLock, kLock);
   }
   // The lock is released when `conn` closes, on every path out of this function.
   std::vector<Applied> done;

@@ -8,14 +8,21 @@
 //  - An applied migration whose file has changed since, or an applied version this build does not
 //    know (the database is newer than the code), is a Conflict naming the version: nothing is
 //    applied.
+//  - The schema they make has no way to move the database clock: runledger_now() is now()
+//    (migration 0014). Tests install the movable clock separately (migrations/test_clock.h).
 //
 // Thread-safety: functions are thread-safe; each opens its own connection.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace runledger::migrations {
+
+// The advisory lock (advisory locks are per database) under which apply() runs; the test clock
+// (migrations/test_clock.h) installs under it too. Any constant unique to runledger.
+inline constexpr std::int64_t kLock = 0x72756e6c6467;  // "runldg"
 
 struct Migration {
   int version;

@@ -1,7 +1,9 @@
-// Test support for workflow authors: mocks as a Step that wraps the engine's, and two statements.
+// Test support for workflow authors: mocks as a Step that wraps the engine's, two statements, and
+// the test clock's install (migrations/test_clock.h).
 #include "coordinator/testing/testing.h"
 
 #include "errors/errors.h"
+#include "migrations/test_clock.h"
 
 namespace runledger::coordinator::testing {
 namespace {
@@ -122,9 +124,19 @@ int expire_waits(pg::Pool& pool, const std::string& instance_id, const std::stri
   return pg::exec(tx, kExpireWaits, instance_id, step)[0][0].as<int>();
 }
 
+void install_test_clock(pg::Pool& pool) {
+  auto conn = pool.acquire();
+  migrations::install_test_clock(*conn);
+}
+
 void move_clock(pg::Pool& pool, std::chrono::milliseconds by) {
   if (by.count() < 0) throw InvalidArgument("the clock moves forward only");
   auto conn = pool.acquire();
+  if (!migrations::has_test_clock(*conn)) {
+    throw Conflict(
+        "the database has no test clock to move: call install_test_clock() on it first (test "
+        "databases only; production's clock cannot be moved)");
+  }
   pqxx::nontransaction tx(*conn);
   pg::exec(tx, kMoveClock, static_cast<std::int64_t>(by.count()));
 }

@@ -10,8 +10,16 @@
 //    pass through unchanged, branches of all() included.
 //  - expire_waits() makes an instance's pending waits of a name or key due now: its next replay
 //    times it out (an event already buffered for it is still taken, as at a real timeout).
+//  - install_test_clock() installs the movable test clock into the database (migrations/
+//    test_clock.h): runledger_now() then adds a skew that move_clock() raises. Never on a
+//    production database: production's runledger_now() is plain now() (migration 0014), and
+//    production code has no way to move it. Call it once the database is migrated by this build
+//    and before anything is created in it (it refuses, with a Conflict, a database that is not
+//    migrated by this build or that holds runs or instances without a test clock); calling it
+//    again is harmless and keeps the time moved.
 //  - move_clock() moves runledger_now() of the database forward; sleeps, retries, timeouts and
-//    leases fall due without waiting.
+//    leases fall due without waiting. On a database without the test clock it is a Conflict
+//    saying so, and nothing moves.
 //
 // Thread-safety: Mocks is immutable once given to with_mocks(); the rest are free functions.
 #pragma once
@@ -48,6 +56,8 @@ std::shared_ptr<Workflow> with_mocks(std::shared_ptr<Workflow> workflow, Mocks m
 // Returns how many pending waits (wait_for_event or wait_any) of `step` (a name, or a key
 // name#count; inside branches the key's last part) were made due.
 int expire_waits(pg::Pool& pool, const std::string& instance_id, const std::string& step);
+
+void install_test_clock(pg::Pool& pool);
 
 void move_clock(pg::Pool& pool, std::chrono::milliseconds by);
 

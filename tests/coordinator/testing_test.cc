@@ -6,6 +6,7 @@
 
 #include "errors/errors.h"
 #include "tests/coordinator/coordinator_fixture.h"
+#include "tests/support/empty_database.h"
 
 using namespace runledger;
 using namespace runledger::testing;
@@ -92,4 +93,26 @@ TEST_CASE("moving the clock makes a day-long wait time out without waiting") {
   REQUIRE(executor->run_one());
   CHECK(f.client().get("i-1").output[2] == "no receipt");
   CHECK_THROWS_AS(mock::move_clock(f.pool, -1s), InvalidArgument);
+}
+
+TEST_CASE("a workflow author's test database gets the movable clock from install_test_clock") {
+  ProductionDatabase db;  // migrated as production is: its clock cannot move
+  pg::Pool pool(db.url(), 2);
+  const auto skew_s = [&] {
+    auto conn = pool.acquire();
+    pqxx::nontransaction tx(*conn);
+    return tx.exec("SELECT extract(epoch FROM runledger_now() - now())")[0][0].as<double>();
+  };
+  try {
+    mock::move_clock(pool, 1h);
+    FAIL("expected a Conflict");
+  } catch (const Conflict& e) {
+    CHECK(std::string(e.what()).find("install_test_clock") != std::string::npos);
+  }
+  CHECK(skew_s() == 0.0);
+  mock::install_test_clock(pool);
+  mock::move_clock(pool, 1h);
+  CHECK(skew_s() == Approx(3600.0));
+  mock::install_test_clock(pool);  // again, as a per-test fixture would: the hour stays
+  CHECK(skew_s() == Approx(3600.0));
 }

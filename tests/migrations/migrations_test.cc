@@ -4,23 +4,13 @@
 
 #include "errors/errors.h"
 #include "migrations/migrations.h"
-#include "tests/support/test_database.h"
+#include "migrations/test_clock.h"
+#include "tests/support/empty_database.h"
 
 using namespace runledger;
 using namespace runledger::testing;
 
 namespace {
-
-// A database with nothing in it, on the test cluster.
-struct EmptyDatabase {
-  EmptyDatabase() {
-    pqxx::connection conn(template_db.url());
-    pqxx::nontransaction tx(conn);
-    tx.exec("DROP SCHEMA public CASCADE; CREATE SCHEMA public;");
-  }
-  TestDatabase template_db;  // a fresh database, emptied above
-  const std::string& url() const { return template_db.url(); }
-};
 
 int count(const std::string& url, const std::string& query) {
   pqxx::connection conn(url);
@@ -110,4 +100,38 @@ TEST_CASE("a failing migration leaves no record and no partial schema") {
   CHECK_THROWS(migrations::apply(db.url()));
   CHECK(migrations::applied(db.url()).empty());
   CHECK(count(db.url(), "SELECT count(*) FROM pg_tables WHERE tablename = 'live_runs'") == 0);
+}
+
+TEST_CASE("a database migrated the production way has no way to move its clock") {
+  ProductionDatabase db;
+  pqxx::connection conn(db.url());
+  CHECK_FALSE(migrations::has_test_clock(conn));
+  {
+    pqxx::nontransaction tx(conn);
+    CHECK_THROWS_AS(tx.exec("SELECT runledger_move_clock(60000)"), pqxx::undefined_function);
+  }
+  pqxx::work tx(conn);
+  // Nothing a clock ever read is left: no skew sequence, no clock table, no clock function.
+  CHECK(tx.exec("SELECT to_regclass('runledger_clock_skew_us')")[0][0].is_null());
+  CHECK(tx.exec("SELECT to_regclass('runledger_clock')")[0][0].is_null());
+  CHECK(tx.exec("SELECT count(*) FROM pg_proc WHERE proname LIKE '%clock%' "
+                "AND pronamespace = 'public'::regnamespace")[0][0]
+            .as<int>() == 0);
+  // runledger_now() is now(), with the properties the hot statements were measured with
+  // (PL/pgSQL, STABLE, PARALLEL SAFE, no arguments), and reads nothing else.
+  const auto fn = tx.exec(R"sql(
+    SELECT l.lanname, p.provolatile, p.proparallel,
+           p.prosrc ~ '^\s*BEGIN\s+RETURN\s+now\(\);\s*END\s*$'
+    FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.proname = 'runledger_now')sql");
+  REQUIRE(fn.size() == 1);
+  CHECK(fn[0][0].as<std::string>() == "plpgsql");
+  CHECK(fn[0][1].as<std::string>() == "s");
+  CHECK(fn[0][2].as<std::string>() == "s");
+  CHECK(fn[0][3].as<bool>());
+  CHECK(tx.exec("SELECT runledger_now() = now()")[0][0].as<bool>());
+  // Every sequence of the database moved to its end changes nothing.
+  tx.exec(
+      "SELECT setval(format('%I.%I', schemaname, sequencename)::regclass, max_value) "
+      "FROM pg_sequences");
+  CHECK(tx.exec("SELECT runledger_now() = now()")[0][0].as<bool>());
 }

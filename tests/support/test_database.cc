@@ -8,6 +8,7 @@
 #include "cluster/cluster.h"
 #include "ids/ids.h"
 #include "migrations/migrations.h"
+#include "migrations/test_clock.h"
 
 namespace runledger::testing {
 namespace {
@@ -56,7 +57,10 @@ void prepare_template(const std::string& admin_url) {
     tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(kTemplateDatabase));
     tx.exec("CREATE DATABASE " + tx.quote_name(kTemplateDatabase));
   }
-  migrations::apply(url_for_database(admin_url, kTemplateDatabase));
+  const std::string url = url_for_database(admin_url, kTemplateDatabase);
+  migrations::apply(url);
+  pqxx::connection conn(url);
+  migrations::install_test_clock(conn);  // once here: every clone has it, its skew at 0
 }
 
 TestDatabase::TestDatabase()

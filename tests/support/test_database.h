@@ -1,4 +1,5 @@
-// A fresh, migrated database per test, cloned from the template the test run prepared.
+// A fresh, migrated database per test, cloned from the template the test run prepared: with the
+// test clock (migrations/test_clock.h), so its runledger_now() moves with advance_clock().
 //
 // The cluster comes from RUNLEDGER_TEST_DATABASE_URL (set by `test_cluster run -- ctest ...`,
 // which is what `./dev test` runs); without it the first TestDatabase in a process starts a
@@ -28,7 +29,7 @@ class TestDatabase {
   // A pool on this database with test-sized timeouts.
   pg::Pool::Options pool_options(int size = 8) const;
 
-  // Moves this database's clock (runledger_now()) forward without sleeping.
+  // Moves this database's test clock (runledger_now()) forward without sleeping.
   void advance_clock(std::chrono::milliseconds by) const;
 
  private:
@@ -40,7 +41,7 @@ class TestDatabase {
 // The URL of `database` on the same server as `admin_url` (a postgresql:// URI).
 std::string url_for_database(const std::string& admin_url, const std::string& database);
 
-// Creates and migrates the template database on the cluster at `admin_url`.
+// Creates and migrates the template database on the cluster at `admin_url`, with the test clock.
 void prepare_template(const std::string& admin_url);
 
 }  // namespace runledger::testing
