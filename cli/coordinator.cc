@@ -6,14 +6,12 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
-#include <set>
 #include <string>
 
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/ship/ship.h"
-#include "errors/errors.h"
 #include "failpoint/failpoint.h"
 #include "migrations/migrations.h"
 
@@ -26,20 +24,6 @@ extern "C" void request_executor_stop(int) {
   if (running_executor != nullptr) running_executor->request_stop();  // an atomic store
 }
 
-void check_flags(const Args& args) {
-  static const std::set<std::string> known = {"--threads",      "--lease-ms",    "--poll-ms",
-                                              "--ship-repo",    "--deploy-root", "--merge-poll-ms",
-                                              "--review-rounds"};
-  for (std::size_t i = 0; i < args.size(); i += 2) {
-    if (!known.contains(args[i])) {
-      throw InvalidArgument("unexpected argument '" + args[i].substr(0, 64) +
-                            "' (coordinator [--threads N] [--lease-ms N] [--poll-ms N] "
-                            "[--ship-repo BARE_REPO --deploy-root DIR [--merge-poll-ms N] "
-                            "[--review-rounds N]])");
-    }
-  }
-}
-
 std::string executor_id() {
   char host[HOST_NAME_MAX + 1] = {};
   if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') {
@@ -48,18 +32,13 @@ std::string executor_id() {
   return "coordinator-" + std::string(host) + "-" + std::to_string(getpid());
 }
 
-}  // namespace
-
-int run_coordinator(const Args& args) {
-  check_flags(args);
+int run_coordinator(const Arguments& args) {
   coordinator::Options options;
-  options.threads = positive(args, "--threads", options.threads);
-  options.poll_interval =
-      std::chrono::milliseconds(positive(args, "--poll-ms", int(options.poll_interval.count())));
+  options.threads = args.integer("--threads").value();
+  options.poll_interval = std::chrono::milliseconds(args.integer("--poll-ms").value());
   ledger::Options ledger_options;
   // The executor's claims and heartbeats use the ledger options' lease; both are kept equal.
-  options.lease_ttl =
-      std::chrono::milliseconds(positive(args, "--lease-ms", int(options.lease_ttl.count())));
+  options.lease_ttl = std::chrono::milliseconds(args.integer("--lease-ms").value());
   ledger_options.lease_ttl = options.lease_ttl;
 
   failpoint::arm_from_environment();
@@ -73,17 +52,15 @@ int run_coordinator(const Args& args) {
   ship::ThreadOutbox outbox(ports_pool);
   ship::Policy policy(ports_pool);
   std::shared_ptr<coordinator::Workflow> pipeline;
-  if (const auto repo = flag(args, "--ship-repo")) {
-    const auto deploy_root = flag(args, "--deploy-root");
-    if (!deploy_root) throw InvalidArgument("--ship-repo needs --deploy-root");
+  if (const auto repo = args.text("--ship-repo")) {
     ship::ShipOptions ship_options;
     ship_options.repository = std::filesystem::absolute(*repo);
-    ship_options.merge_poll = std::chrono::milliseconds(
-        positive(args, "--merge-poll-ms", int(ship_options.merge_poll.count())));
-    ship_options.review_rounds = positive(args, "--review-rounds", ship_options.review_rounds);
+    ship_options.merge_poll = std::chrono::milliseconds(args.integer("--merge-poll-ms").value());
+    ship_options.review_rounds = args.integer("--review-rounds").value();
     forge = std::make_unique<ship::LocalForge>(ports_pool, ship_options.repository);
-    deployer = std::make_unique<ship::LocalDeployer>(ports_pool, ship_options.repository,
-                                                     std::filesystem::absolute(*deploy_root));
+    deployer = std::make_unique<ship::LocalDeployer>(
+        ports_pool, ship_options.repository,
+        std::filesystem::absolute(args.value("--deploy-root")));
     pipeline = std::make_shared<ship::ShipWorkflow>(ship_options, *forge, *deployer, outbox, policy,
                                                     ledger);
   }
@@ -95,6 +72,61 @@ int run_coordinator(const Args& args) {
   executor.run();
   running_executor = nullptr;
   return 0;
+}
+
+}  // namespace
+
+Command coordinator_command() {
+  const coordinator::Options defaults;
+  const ship::ShipOptions ship_defaults;
+  return {
+      .name = "coordinator",
+      .summary =
+          "run the workflow coordinator (built-in workflows: demo.approval, and ship when "
+          "--ship-repo is given) until SIGTERM or SIGINT",
+      .description = "It migrates first; its executor id is coordinator-<hostname>-<pid>.",
+      .options =
+          {
+              {.name = "--threads",
+               .value = "N",
+               .help = "executor threads, each replaying one instance at a time",
+               .integer = kPositive,
+               .fallback = std::to_string(defaults.threads)},
+              {.name = "--lease-ms",
+               .value = "N",
+               .help = "the instance lease in milliseconds",
+               .integer = kPositive,
+               .fallback = std::to_string(defaults.lease_ttl.count())},
+              {.name = "--poll-ms",
+               .value = "N",
+               .help = "milliseconds between polls for due instances (NOTIFY wakes it sooner)",
+               .integer = kPositive,
+               .fallback = std::to_string(defaults.poll_interval.count())},
+              {.name = "--ship-repo",
+               .value = "BARE_REPO",
+               .help = "run the ship pipeline on this bare git repository",
+               .needs = {"--deploy-root"}},
+              {.name = "--deploy-root",
+               .value = "DIR",
+               .help = "where the ship pipeline deploys",
+               .needs = {"--ship-repo"}},
+              {.name = "--merge-poll-ms",
+               .value = "N",
+               .help = "milliseconds between the ship pipeline's polls of the forge while "
+                       "it waits for the merge",
+               .integer = kPositive,
+               .fallback = std::to_string(ship_defaults.merge_poll.count()),
+               .needs = {"--ship-repo"}},
+              {.name = "--review-rounds",
+               .value = "N",
+               .help = "the most review rounds of one change request (a fix follows each "
+                       "`changes` verdict)",
+               .integer = kPositive,
+               .fallback = std::to_string(ship_defaults.review_rounds),
+               .needs = {"--ship-repo"}},
+          },
+      .run = run_coordinator,
+  };
 }
 
 }  // namespace runledger::cli

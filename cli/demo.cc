@@ -14,7 +14,6 @@
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/ship/ship.h"
-#include "errors/errors.h"
 #include "pg/pg.h"
 #include "subprocess/subprocess.h"
 
@@ -101,10 +100,10 @@ void prepare_demo_repository(const fs::path& root) {
   fs::remove_all(seed);
 }
 
-int demo(const Args& args) {
-  const auto root_flag = flag(args, "--root");
-  if (!root_flag) throw InvalidArgument("usage: demo --root DIR");
-  const fs::path root = fs::absolute(*root_flag);
+namespace {
+
+int demo(const Arguments& args) {
+  const fs::path root = fs::absolute(args.value("--root"));
   const std::string url = database_url();
   if (demo_shown(url)) {
     std::printf("The first-start demo ran before: `runledger threads show %s`.\n", kThread);
@@ -153,6 +152,24 @@ int demo(const Args& args) {
       kThread, id.c_str());
   std::fflush(stdout);
   return instance.status == coordinator::InstanceStatus::complete ? 0 : 1;
+}
+
+}  // namespace
+
+Command demo_command() {
+  return {
+      .name = "demo",
+      .summary = "the first-start demo: a chat request shipped end to end (once per database)",
+      .description =
+          "`up` runs it on the first start of a database, with the coordinator, bot-1 "
+          "and merge actor it supervises; it prints the story read back from the "
+          "database.",
+      .options = {{.name = "--root",
+                   .value = "DIR",
+                   .help = "where the demo's repository is (DIR/ship/origin.git)",
+                   .required = true}},
+      .run = demo,
+  };
 }
 
 }  // namespace runledger::cli

@@ -9,7 +9,6 @@
 #include <chrono>
 
 #include "cli/cli.h"
-#include "errors/errors.h"
 #include "ledger/ledger.h"
 #include "migrations/migrations.h"
 
@@ -17,18 +16,6 @@ namespace runledger::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::chrono::seconds seconds_flag(const Args& args, const std::string& name,
-                                  std::chrono::seconds fallback) {
-  const auto value = flag(args, name);
-  if (!value) return fallback;
-  try {
-    const long long s = std::stoll(*value);
-    if (s > 0) return std::chrono::seconds(s);
-  } catch (const std::exception&) {
-  }
-  throw InvalidArgument(name + " must be a positive number of seconds");
-}
 
 void log_status(pg::Pool& pool) {
   auto conn = pool.acquire();
@@ -43,13 +30,11 @@ void log_status(pg::Pool& pool) {
   spdlog::info("runs: {}", line.empty() ? "none" : line);
 }
 
-}  // namespace
-
-int service(const Args& args) {
+int service(const Arguments& args) {
+  const std::chrono::seconds sweep_every(args.integer("--sweep-interval").value());
+  const std::chrono::seconds status_every(args.integer("--status-interval").value());
   const std::string url = database_url();
   migrations::apply(url);  // logs what it applies
-  const auto sweep_every = seconds_flag(args, "--sweep-interval", std::chrono::hours(6));
-  const auto status_every = seconds_flag(args, "--status-interval", std::chrono::seconds(60));
 
   pg::Pool pool(url, 2);
   ledger::Ledger ledger(pool);
@@ -89,6 +74,29 @@ int service(const Args& args) {
   spdlog::info("service ready (retention sweep every {} s)", sweep_every.count());
   io.run();
   return 0;
+}
+
+}  // namespace
+
+Command service_command() {
+  return {
+      .name = "service",
+      .summary =
+          "run the service against DATABASE_URL (`up` starts it): retention sweeps, a "
+          "status log line; until SIGTERM or SIGINT",
+      .description = "It migrates first, then sweeps at once and every --sweep-interval.",
+      .options = {{.name = "--sweep-interval",
+                   .value = "S",
+                   .help = "seconds between retention sweeps",
+                   .integer = kPositive,
+                   .fallback = std::to_string(6 * 3600)},
+                  {.name = "--status-interval",
+                   .value = "S",
+                   .help = "seconds between status log lines",
+                   .integer = kPositive,
+                   .fallback = "60"}},
+      .run = service,
+  };
 }
 
 }  // namespace runledger::cli

@@ -19,38 +19,27 @@ namespace {
 
 using coordinator::json;
 
-std::string required(const Args& args, const std::string& name, const std::string& usage) {
-  const auto value = flag(args, name);
-  if (!value) throw InvalidArgument(name + " is required: " + usage);
-  return *value;
-}
-
 volatile std::sig_atomic_t merge_actor_stop = 0;
 extern "C" void stop_merge_actor(int) {
   merge_actor_stop = 1;
 }
 
-}  // namespace
-
-int ship_command(const Args& args) {
-  const std::string usage =
-      "ship --thread T --message M --requester U [--review-verdicts v1,v2,...] \"request\"";
-  const std::string thread = required(args, "--thread", usage);
-  const std::string message = required(args, "--message", usage);
-  const std::string requester = required(args, "--requester", usage);
-  if (args.size() % 2 == 0 || args.back().empty() || args.back().rfind("--", 0) == 0) {
-    throw InvalidArgument("the request text is the last argument: " + usage);
-  }
-  json input = {
-      {"thread", thread}, {"message", message}, {"requester", requester}, {"request", args.back()}};
-  if (const auto verdicts = flag(args, "--review-verdicts")) {
+int ship(const Arguments& args) {
+  const std::string thread = args.value("--thread");
+  const std::string message = args.value("--message");
+  json input = {{"thread", thread},
+                {"message", message},
+                {"requester", args.value("--requester")},
+                {"request", args.positional("REQUEST")}};
+  if (const auto verdicts = args.text("--review-verdicts")) {
     json list = json::array();
     std::size_t start = 0;
     while (start <= verdicts->size()) {
       const auto comma = verdicts->find(',', start);
       const std::string v = verdicts->substr(start, comma - start);
       if (v != "approve" && v != "changes") {
-        throw InvalidArgument("--review-verdicts: each is approve or changes, got '" + v + "'");
+        throw InvalidArgument("--review-verdicts: each is approve or changes, got '" +
+                              v.substr(0, 64) + "'");
       }
       list.push_back(v);
       if (comma == std::string::npos) break;
@@ -68,43 +57,32 @@ int ship_command(const Args& args) {
   return 0;
 }
 
-int threads(const Args& args) {
-  if (args.size() != 2 || args[0] != "show") {
-    throw InvalidArgument("usage: threads show THREAD");
-  }
+int threads_show(const Arguments& args) {
   pg::Pool pool(database_url(), 1);
   ship::ThreadOutbox outbox(pool);
-  for (const auto& m : outbox.messages(args[1])) {
+  for (const auto& m : outbox.messages(args.positional("THREAD"))) {
     std::printf("%s  %s\n", m.created_at.c_str(), m.body.c_str());
   }
   return 0;
 }
 
-int policy(const Args& args) {
-  const std::string usage = "policy grant|revoke --requester U --capability C";
-  if (args.empty() || (args[0] != "grant" && args[0] != "revoke")) {
-    throw InvalidArgument("usage: " + usage);
-  }
-  const Args rest(args.begin() + 1, args.end());
-  const std::string requester = required(rest, "--requester", usage);
-  const std::string capability = required(rest, "--capability", usage);
+int policy_change(bool grant, const Arguments& args) {
+  const std::string requester = args.value("--requester");
+  const std::string capability = args.value("--capability");
   pg::Pool pool(database_url(), 1);
   ship::Policy p(pool);
-  if (args[0] == "grant") {
+  if (grant) {
     p.grant(requester, capability);
   } else {
     p.revoke(requester, capability);
   }
-  std::printf("%s %s %s\n", args[0] == "grant" ? "granted" : "revoked", requester.c_str(),
-              capability.c_str());
+  std::printf("%s %s %s\n", grant ? "granted" : "revoked", requester.c_str(), capability.c_str());
   return 0;
 }
 
-int merge_actor(const Args& args) {
-  const std::string usage = "merge-actor --ship-repo BARE_REPO [--delay-ms N]";
-  const std::filesystem::path repo =
-      std::filesystem::absolute(required(args, "--ship-repo", usage));
-  const std::chrono::milliseconds delay(positive(args, "--delay-ms", 2000));
+int merge_actor(const Arguments& args) {
+  const std::filesystem::path repo = std::filesystem::absolute(args.value("--ship-repo"));
+  const std::chrono::milliseconds delay(args.integer("--delay-ms").value());
   pg::Pool pool(database_url(), 1);
   ship::LocalForge forge(pool, repo);
   std::signal(SIGTERM, stop_merge_actor);
@@ -124,6 +102,84 @@ int merge_actor(const Args& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return 0;
+}
+
+Command policy_subcommand(bool grant) {
+  return {
+      .name = grant ? "grant" : "revoke",
+      .summary = grant ? "grant a requester a capability the ship pipeline checks "
+                         "(agent:run:coding, agent:run:review)"
+                       : "revoke a requester's capability",
+      .options = {{.name = "--requester", .value = "U", .help = "who", .required = true},
+                  {.name = "--capability", .value = "C", .help = "what", .required = true}},
+      .run = [grant](const Arguments& args) { return policy_change(grant, args); },
+  };
+}
+
+}  // namespace
+
+Command ship_command() {
+  return {
+      .name = "ship",
+      .summary =
+          "start the ship pipeline for a chat message (once per message), print its "
+          "instance",
+      .options = {{.name = "--thread", .value = "T", .help = "the chat thread", .required = true},
+                  {.name = "--message",
+                   .value = "M",
+                   .help = "the chat message's id in the thread",
+                   .required = true},
+                  {.name = "--requester",
+                   .value = "U",
+                   .help = "who asked (their capabilities decide what runs)",
+                   .required = true},
+                  {.name = "--review-verdicts",
+                   .value = "V,...",
+                   .help = "the scripted review's verdict per round, each approve or changes "
+                           "(default all approve)"}},
+      .positionals = {{.name = "REQUEST",
+                       .help = "what the person asked for, e.g. \"Add a SHIP "
+                               "file\""}},
+      .run = ship,
+  };
+}
+
+Command threads_command() {
+  return {
+      .name = "threads",
+      .summary = "chat threads",
+      .subcommands = {{.name = "show",
+                       .summary = "the messages posted to a chat thread",
+                       .positionals = {{.name = "THREAD", .help = "the thread"}},
+                       .run = threads_show}},
+  };
+}
+
+Command policy_command() {
+  return {
+      .name = "policy",
+      .summary = "the capabilities of requesters",
+      .subcommands = {policy_subcommand(true), policy_subcommand(false)},
+  };
+}
+
+Command merge_actor_command() {
+  return {
+      .name = "merge-actor",
+      .summary =
+          "merge approved change requests after a delay (stands in for a person, in tests "
+          "and the demo) until SIGTERM or SIGINT",
+      .options = {{.name = "--ship-repo",
+                   .value = "BARE_REPO",
+                   .help = "the bare repository of the change requests",
+                   .required = true},
+                  {.name = "--delay-ms",
+                   .value = "N",
+                   .help = "milliseconds a change request stays approved before it is merged",
+                   .integer = kPositive,
+                   .fallback = "2000"}},
+      .run = merge_actor,
+  };
 }
 
 }  // namespace runledger::cli

@@ -48,10 +48,8 @@ void write_private_file(const std::filesystem::path& path, const std::string& te
       path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
-}  // namespace
-
-int up(const Args& args) {
-  const auto root_flag = flag(args, "--root");
+int up(const Arguments& args) {
+  const auto root_flag = args.text("--root");
   const std::filesystem::path root = root_flag
                                          ? std::filesystem::path(*root_flag)
                                          : cluster::default_root(std::filesystem::current_path());
@@ -85,7 +83,7 @@ int up(const Args& args) {
   // merges. On a database that has not shown it yet, the first-start demo ships a chat request
   // through them, with bot-1 armed to SIGKILL itself right after the coding child's push (the
   // restart below reclaims the run); `--no-demo` skips it.
-  const bool no_demo = std::find(args.begin(), args.end(), "--no-demo") != args.end();
+  const bool no_demo = args.given("--no-demo");
   const std::filesystem::path ship_root =
       root_flag ? std::filesystem::absolute(root) : std::filesystem::current_path() / ".runledger";
   prepare_demo_repository(ship_root);
@@ -166,6 +164,26 @@ int up(const Args& args) {
   }
   spdlog::info("stopped");
   return 0;
+}
+
+}  // namespace
+
+Command up_command() {
+  return {
+      .name = "up",
+      .summary =
+          "start the embedded PostgreSQL (unless DATABASE_URL is set), migrate, and "
+          "supervise the service, a coordinator running ship, bot-1 and a merge actor "
+          "until Ctrl-C; the first start of a database runs the demo",
+      .options = {{.name = "--root",
+                   .value = "DIR",
+                   .help = "the directory of the embedded cluster and the demo's repository "
+                           "(by default the cluster is in ./.runledger/pg, or "
+                           "/var/lib/runledger/<hash> when run as root, the rest in "
+                           "./.runledger)"},
+                  {.name = "--no-demo", .help = "skip the first-start demo"}},
+      .run = up,
+  };
 }
 
 }  // namespace runledger::cli
