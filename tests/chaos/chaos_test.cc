@@ -4,8 +4,16 @@
 // generation). At the end: every run finished, no effect key twice in the effects log, every
 // transcript verifies, no row written by a stale generation, and every settlement rule exercised.
 //
-// Profile (environment): RUNLEDGER_CHAOS_SEED (printed; replays a run), RUNLEDGER_CHAOS_RUNS (50),
-// RUNLEDGER_CHAOS_KILLS (20), RUNLEDGER_CHAOS_ZOMBIES (2), RUNLEDGER_CHAOS_BOTS (3).
+// The workload outlasts the chaos: runs are dispatched while it goes on, keeping every bot's
+// capacity busy, until the chaos has done what it must (and at least RUNLEDGER_CHAOS_RUNS were
+// dispatched), and each tool takes a few milliseconds. (Dispatched all at once, 50 runs of quick
+// tools were done within seconds on a fast machine, before the chaos reached them: nothing was
+// reclaimed, and the rules were never exercised.) When a check fails, the bots' logs are kept
+// and their folder printed.
+//
+// Profile (environment): RUNLEDGER_CHAOS_SEED (printed; replays a run), RUNLEDGER_CHAOS_RUNS (50,
+// the fewest dispatched), RUNLEDGER_CHAOS_KILLS (20), RUNLEDGER_CHAOS_ZOMBIES (2),
+// RUNLEDGER_CHAOS_BOTS (3).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -36,6 +44,9 @@ namespace {
 
 constexpr int kLeaseMs = 2000;
 constexpr int kTurns = 20;
+constexpr int kCapacity = 4;  // per bot
+// Never more runs than this many times RUNLEDGER_CHAOS_RUNS, however long the chaos takes.
+constexpr int kMostRunsFactor = 6;
 const std::vector<std::string> kFailpoints = {"bot.after_turn_append", "bot.after_intent",
                                               "bot.after_effect", "bot.after_completion"};
 
@@ -63,7 +74,7 @@ json chaos_script() {
       default:
         call = {{"id", "b" + std::to_string(i)},
                 {"tool", "bash"},
-                {"args", {{"command", "echo $RUNLEDGER_EFFECT_KEY >> effects.txt"}}},
+                {"args", {{"command", "sleep 0.02; echo $RUNLEDGER_EFFECT_KEY >> effects.txt"}}},
                 {"if_restarted",
                  {{{"id", "b" + std::to_string(i) + "-check"},
                    {"tool", "read_file"},
@@ -100,10 +111,11 @@ pid_t spawn_bot(const std::string& url, const fs::path& work, Bot& bot,
       work / "logs" / (slot + "-" + std::to_string(bot.incarnations.size() + 1) + ".log"),
       std::chrono::system_clock::now()};
   bot.incarnations.push_back(incarnation);
-  return spawn(RUNLEDGER_BINARY,
-               {"bot", "--slot", slot, "--work-dir", work.string(), "--lease-ms",
-                std::to_string(kLeaseMs), "--capacity", "4", "--max-takeovers", "50"},
-               env, incarnation.log.string());
+  return spawn(
+      RUNLEDGER_BINARY,
+      {"bot", "--slot", slot, "--work-dir", work.string(), "--lease-ms", std::to_string(kLeaseMs),
+       "--capacity", std::to_string(kCapacity), "--max-takeovers", "50"},
+      env, incarnation.log.string());
 }
 
 // From spawning an incarnation to the line of its boot timeline that says it resumed the runs
@@ -128,9 +140,13 @@ std::optional<double> restart_to_resume_ms(const Incarnation& incarnation) {
   return std::nullopt;
 }
 
+// The test's folder; kept (with the bots' logs) when `keep` is set.
 struct Work {
   fs::path path = fs::temp_directory_path() / ("chaos-" + random_uuid());
-  ~Work() { fs::remove_all(path); }
+  bool keep = false;
+  ~Work() {
+    if (!keep) fs::remove_all(path);
+  }
 };
 
 }  // namespace
@@ -138,7 +154,7 @@ struct Work {
 TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repeat an effect") {
   const unsigned seed = static_cast<unsigned>(
       env_int("RUNLEDGER_CHAOS_SEED", static_cast<int>(std::random_device{}() & 0x7fffffff)));
-  const int runs = env_int("RUNLEDGER_CHAOS_RUNS", 50);
+  const int runs_wanted = env_int("RUNLEDGER_CHAOS_RUNS", 50);
   const int kills_wanted = env_int("RUNLEDGER_CHAOS_KILLS", 20);
   const int zombies_wanted = env_int("RUNLEDGER_CHAOS_ZOMBIES", 2);
   const int bot_count = env_int("RUNLEDGER_CHAOS_BOTS", 3);
@@ -150,11 +166,25 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
   fs::create_directories(work.path);
   transcript::Store store(f.pool, f.ledger);
   std::vector<RunId> run_ids;
-  for (int i = 0; i < runs; ++i) {
-    auto r = request("chaos-" + std::to_string(i));
-    r.profile = {{"script", chaos_script()}};
-    run_ids.push_back(f.ledger.dispatch(r).run.run_id);
-  }
+  const auto started = std::chrono::steady_clock::now();
+  const auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
+  const auto live_runs = [&] {
+    return f.sql("SELECT count(*) FROM live_runs WHERE status IN ('queued', 'running')")[0][0]
+        .as<int>();
+  };
+  // Keeps the bots' capacity busy: the chaos always finds runs in flight.
+  const auto top_up = [&] {
+    const int room = bot_count * kCapacity - live_runs();
+    for (int i = 0; i < room && static_cast<int>(run_ids.size()) < runs_wanted * kMostRunsFactor;
+         ++i) {
+      auto r = request("chaos-" + std::to_string(run_ids.size()));
+      r.profile = {{"script", chaos_script()}};
+      run_ids.push_back(f.ledger.dispatch(r).run.run_id);
+    }
+  };
+  top_up();
 
   std::vector<Bot> bots;
   for (int i = 0; i < bot_count; ++i) {
@@ -179,6 +209,7 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
   };
 
   int kills = 0, zombies = 0, failpoint_restarts = 0;
+  std::optional<double> first_kill_s;  // since the start
   const auto deadline = std::chrono::steady_clock::now() + 240s;
   // Kills come often enough to land at every failpoint, and far enough apart that runs progress
   // between them (a run claimed again and again without progress is interrupted, by design).
@@ -188,7 +219,10 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
     for (auto& bot : bots) {
       int status = 0;
       if (waitpid(bot.pid, &status, WNOHANG) != bot.pid) continue;
-      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++kills;
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+        ++kills;
+        if (!first_kill_s) first_kill_s = since_start();
+      }
       std::string failpoints;
       if (arm && kills < kills_wanted + 40) {
         failpoints =
@@ -200,10 +234,12 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
   };
 
   for (;;) {
-    const bool chaos_done =
-        kills >= kills_wanted && zombies >= zombies_wanted && rules_seen().size() == 5;
+    const bool chaos_done = kills >= kills_wanted && zombies >= zombies_wanted &&
+                            rules_seen().size() == 5 &&
+                            static_cast<int>(run_ids.size()) >= runs_wanted;
     if (chaos_done || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
+    top_up();
     reap_and_restart(true);
     Bot& victim = bots[rng() % bots.size()];
     if (zombies < zombies_wanted && rng() % 6 == 0) {
@@ -213,8 +249,11 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
       ++zombies;
     } else if (rng() % 2 == 0) {
       kill(victim.pid, SIGKILL);  // a random moment
+      if (!first_kill_s) first_kill_s = since_start();
     }
   }
+  const double chaos_s = since_start();
+  const int runs = static_cast<int>(run_ids.size());
   // Calm: no more failpoints; let every run finish.
   for (auto& bot : bots) kill(bot.pid, SIGKILL);
   for (auto& bot : bots) {
@@ -273,6 +312,18 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
       "zombies %d, effects %zu, duplicate effects %d, rules seen %zu/5\n",
       seed, bot_count, runs, finished, steps, kills, failpoint_restarts, zombies,
       effect_keys.size(), duplicates, rules.size());
+  // Did the workload outlast the chaos? The first kill against the last run's end, and how many
+  // runs were already over before anything was killed.
+  const auto timing = f.sql(
+      "SELECT extract(epoch FROM max(finished_at) - min(created_at)), "
+      "count(*) FILTER (WHERE finished_at < min_created + make_interval(secs => " +
+      std::to_string(first_kill_s.value_or(1e9)) +
+      ")) FROM live_runs, (SELECT min(created_at) AS min_created FROM live_runs) m");
+  std::printf(
+      "chaos: first kill at %.1f s, chaos over at %.1f s, last run finished at %s s; "
+      "%s of %d runs finished before the first kill\n",
+      first_kill_s.value_or(-1), chaos_s, timing[0][0].is_null() ? "-" : timing[0][0].c_str(),
+      timing[0][1].c_str(), runs);
 
   std::vector<double> resume_ms;
   for (const auto& bot : bots) {
@@ -298,6 +349,11 @@ TEST_CASE("chaos: bots killed and stopped at random and at failpoints never repe
     std::printf("  runs %s: %s (e.g. %s)\n", row[0].c_str(), row[1].c_str(),
                 row[2].is_null() ? "-" : row[2].c_str());
   }
+  const bool all_rules = rules.size() == 5;
+  work.keep = !(finished == runs && duplicates == 0 && bad_chains == 0 && stale_rows == 0 &&
+                wrong_rules == 0 && kills >= kills_wanted && zombies >= zombies_wanted &&
+                !resume_ms.empty() && all_rules);
+  if (work.keep) std::printf("chaos: failed; the bots' logs are kept in %s\n", work.path.c_str());
   CHECK(finished == runs);
   CHECK(duplicates == 0);
   CHECK(bad_chains == 0);
