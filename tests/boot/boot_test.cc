@@ -5,6 +5,7 @@
 #include "boot/boot.h"
 #include "errors/errors.h"
 #include "tests/ledger/ledger_fixture.h"
+#include "tests/support/waiting.h"
 
 using namespace runledger;
 using namespace runledger::testing;
@@ -93,15 +94,6 @@ struct StopOnExit {
   boot::Process& process;
   ~StopOnExit() { process.request_stop(); }
 };
-
-bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return condition();
-}
 
 }  // namespace
 
@@ -274,57 +266,59 @@ int entries_of(LedgerFixture& f, const RunId& run) {
 
 }  // namespace
 
-TEST_CASE("a Process destroyed while a run is inside a tool: the tool returns into live objects") {
+// A run inside a tool that blocks until `unblock`, then records its result.
+struct BlockedInTool {
+  explicit BlockedInTool(std::chrono::milliseconds ttl) : f(lease(ttl)), run(f.dispatch("r")) {
+    driver->block_in_tool = true;
+    driver->write_after_tool = true;
+    driver->blocker = unblock.get_future().share();
+  }
+  boot::Options options() const {
+    auto o = slot_options("bot-1");
+    o.handoff_grace = 200ms;
+    return o;
+  }
+  // After the Process is gone: the tool returns, and its write must land through live objects.
+  void return_from_tool() {
+    unblock.set_value();
+    REQUIRE(wait_for([&] { return driver->active == 0; }, 5s));
+    CHECK(driver->wrote_after_tool == 1);
+    CHECK(entries_of(f, run) == 1);
+  }
   LedgerFixture f;
-  const RunId run = f.dispatch("r");
-  auto driver = std::make_shared<CountingDriver>(100000);
-  driver->block_in_tool = true;
-  driver->write_after_tool = true;
+  RunId run;
+  std::shared_ptr<CountingDriver> driver = std::make_shared<CountingDriver>(100000);
   std::promise<void> unblock;
-  driver->blocker = unblock.get_future().share();
+};
+
+TEST_CASE("a Process destroyed while a run is inside a tool: the tool returns into live objects") {
+  BlockedInTool t(30s);
   {
-    auto options = slot_options("bot-1");
-    options.handoff_grace = 200ms;
-    boot::Process p(f.db.url(), {}, {}, {}, options, driver);
+    boot::Process p(t.f.db.url(), lease(30s), {}, {}, t.options(), t.driver);
     p.boot();
     auto running = std::async(std::launch::async, [&] { p.run(); });
     const StopOnExit stop_on_exit{p};
-    REQUIRE(wait_for([&] { return driver->started.size() == 1; }, 5s));
+    REQUIRE(wait_for([&] { return t.driver->started.size() == 1; }, 5s));
     p.request_stop();
     running.get();
-  }                               // destroyed: the worker is detached inside its tool
-  CHECK(advisory_locks(f) == 0);  // the slot was given up with the Process
-  unblock.set_value();
-  REQUIRE(wait_for([&] { return driver->active == 0; }, 5s));
-  // The worker's write after the tool went through the destroyed Process's store and pool.
-  CHECK(driver->wrote_after_tool == 1);
-  CHECK(entries_of(f, run) == 1);
+  }                                 // destroyed: the worker is detached inside its tool
+  CHECK(advisory_locks(t.f) == 0);  // the slot was given up with the Process
+  t.return_from_tool();
 }
 
 TEST_CASE("a Process destroyed after its slot's session was ended: the tool returns safely") {
-  LedgerFixture f(lease(1s));
-  const RunId run = f.dispatch("r");
-  auto driver = std::make_shared<CountingDriver>(100000);
-  driver->block_in_tool = true;
-  driver->write_after_tool = true;
-  std::promise<void> unblock;
-  driver->blocker = unblock.get_future().share();
+  BlockedInTool t(1s);
   {
-    auto options = slot_options("bot-1");
-    options.handoff_grace = 200ms;
-    boot::Process p(f.db.url(), lease(1s), {}, {}, options, driver);
+    boot::Process p(t.f.db.url(), lease(1s), {}, {}, t.options(), t.driver);
     p.boot();
     auto running = std::async(std::launch::async, [&] { p.run(); });
     const StopOnExit stop_on_exit{p};
-    REQUIRE(wait_for([&] { return driver->started.size() == 1; }, 5s));
+    REQUIRE(wait_for([&] { return t.driver->started.size() == 1; }, 5s));
     // As a database restart would: the slot's session ends, so the lock is gone.
-    f.sql(
+    t.f.sql(
         "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND "
         "database = (SELECT oid FROM pg_database WHERE datname = current_database())");
     CHECK_THROWS_AS(running.get(), Unavailable);  // the next heartbeat finds the slot lost
   }
-  unblock.set_value();
-  REQUIRE(wait_for([&] { return driver->active == 0; }, 5s));
-  CHECK(driver->wrote_after_tool == 1);
-  CHECK(entries_of(f, run) == 1);
+  t.return_from_tool();
 }

@@ -6,6 +6,7 @@
 
 #include "bot/bot.h"
 #include "tests/ledger/ledger_fixture.h"
+#include "tests/support/waiting.h"
 
 using namespace runledger;
 using namespace runledger::testing;
@@ -175,23 +176,6 @@ struct RunningBot {
   std::future<void> running;
 };
 
-bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return condition();
-}
-
-int lock_waiters(LedgerFixture& f) {
-  return f
-      .sql(
-          "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-          "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'")[0][0]
-      .as<int>();
-}
-
 RunId dispatch_gated(LedgerFixture& f, const std::string& key) {
   auto r = request(key);
   r.profile = {{"script", gated_script()}};
@@ -252,8 +236,8 @@ TEST_CASE("a bot's write that meets a lock timeout is repeated, and the run ends
     pqxx::work hold(other);
     hold.exec("SELECT 1 FROM live_runs WHERE run_id = '" + run.value() + "' FOR UPDATE");
     std::ofstream(sandbox / "go").put('\n');
-    REQUIRE(wait_for([&] { return lock_waiters(f) > 0; }, 10s));
-    REQUIRE(wait_for([&] { return lock_waiters(f) == 0; }, 10s));  // gave up: lock_timeout
+    REQUIRE(wait_for([&] { return lock_waiters(f.db.url()) > 0; }, 10s));
+    REQUIRE(wait_for([&] { return lock_waiters(f.db.url()) == 0; }, 10s));  // gave up: lock_timeout
     hold.commit();
     REQUIRE(wait_for([&] { return ledger::is_terminal(f.ledger.get(run).status); }, 20s));
   }
@@ -277,7 +261,7 @@ TEST_CASE("a bot's write chosen as a deadlock's victim is repeated, and the run 
     cross.exec("SELECT 1 FROM run_steps WHERE run_id = '" + run.value() +
                "' AND step_no = 1 FOR UPDATE");
     std::ofstream(sandbox / "go").put('\n');
-    REQUIRE(wait_for([&] { return lock_waiters(f) > 0; }, 10s));
+    REQUIRE(wait_for([&] { return lock_waiters(f.db.url()) > 0; }, 10s));
     cross.exec("SELECT 1 FROM live_runs WHERE run_id = '" + run.value() + "' FOR UPDATE");
     cross.abort();
     REQUIRE(wait_for([&] { return ledger::is_terminal(f.ledger.get(run).status); }, 20s));

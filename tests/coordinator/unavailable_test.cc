@@ -3,11 +3,13 @@
 // does, with nothing rolled back, even when the workflow's code caught the failure.
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "errors/errors.h"
 #include "failpoint/failpoint.h"
 #include "tests/coordinator/coordinator_fixture.h"
+#include "tests/support/waiting.h"
 
 using namespace runledger;
 using namespace runledger::testing;
@@ -60,29 +62,6 @@ coordinator::Options short_locks() {
   return o;
 }
 
-bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return condition();
-}
-
-// Backends of this database (other than the asking one) waiting for a lock, in a statement whose
-// text has `text` (the retry's statement writes the history entry 'database unavailable').
-int lock_waiters(CoordinatorFixture& f, const std::string& text = "") {
-  pqxx::connection conn(f.db.url());
-  pqxx::nontransaction tx(conn);
-  return tx
-      .exec_params(
-          "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-          "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' "
-          "AND strpos(query, $1) > 0",
-          text)[0][0]
-      .as<int>();
-}
-
 const std::string kRetryStatement = "database unavailable";
 
 std::vector<json> unavailable_entries(CoordinatorFixture& f, const std::string& id) {
@@ -107,76 +86,80 @@ struct Running {
   std::thread thread;
 };
 
+// Order o-1 on a running executor, paused inside ship's body: the test stands in the way of the
+// record that follows, then releases it.
+struct PausedInShip {
+  explicit PausedInShip(coordinator::Options options = short_locks()) {
+    order.add_to(f);
+    f.create("order", "o-1");
+    executor = f.executor(options);
+    failpoint::arm("test.inside_ship", failpoint::Action::pause);
+    running.emplace(*executor);
+    REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
+  }
+  void release() { failpoint::release("test.inside_ship"); }
+  int lock_waiters(const std::string& text = "") {
+    return runledger::testing::lock_waiters(f.db.url(), text);
+  }
+  // It completed as an undisturbed order does, with nothing undone; returns its
+  // 'database unavailable' history entries.
+  std::vector<json> completed_undisturbed() {
+    REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
+    CHECK(f.client().get("o-1").output == kUndisturbed);
+    CHECK(order.charges == 1);  // recorded before the failure: never run again
+    CHECK(order.refunds == 0);
+    return unavailable_entries(f, "o-1");
+  }
+  CoordinatorFixture f;
+  Order order;
+  std::unique_ptr<coordinator::Executor> executor;
+  std::optional<Running> running;
+};
+
 }  // namespace
 
 TEST_CASE("a step record that meets a lock timeout leaves the instance to finish undisturbed") {
-  CoordinatorFixture f;
-  Order order;
-  order.add_to(f);
-  f.create("order", "o-1");
-  auto executor = f.executor(short_locks());
-  failpoint::arm("test.inside_ship", failpoint::Action::pause);
-  const Running running(*executor);
-  REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
-
+  PausedInShip t;
   // Another session holds the instance row past the executor's lock_timeout while ship's
   // record waits for it.
-  pqxx::connection other(f.db.url());
+  pqxx::connection other(t.f.db.url());
   pqxx::work hold(other);
   hold.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");
-  failpoint::release("test.inside_ship");
+  t.release();
   // The record gave up (lock_timeout) when the retry's statement is the one waiting.
-  REQUIRE(wait_for([&] { return lock_waiters(f, kRetryStatement) > 0; }, 10s));
+  REQUIRE(wait_for([&] { return t.lock_waiters(kRetryStatement) > 0; }, 10s));
   hold.commit();
-
-  REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
-  CHECK(f.client().get("o-1").output == kUndisturbed);
-  CHECK(order.charges == 1);  // recorded before the failure: never run again
-  CHECK(order.ships == 2);    // its record failed, so the body ran again
-  CHECK(order.refunds == 0);
-  const auto entries = unavailable_entries(f, "o-1");
+  const auto entries = t.completed_undisturbed();
+  CHECK(t.order.ships == 2);  // its record failed, so the body ran again
   REQUIRE(entries.size() == 1);
   CHECK(entries[0]["cause"] == "lock_timeout");
 }
 
 TEST_CASE("a step record chosen as a deadlock's victim leaves the instance to finish undisturbed") {
-  CoordinatorFixture f;
-  Order order;
-  order.add_to(f);
-  f.create("order", "o-1");
   // The deadlock check runs after deadlock_timeout (1 s): the lock must not time out first.
   auto options = short_locks();
   options.lock_timeout = 5s;
-  auto executor = f.executor(options);
-  failpoint::arm("test.inside_ship", failpoint::Action::pause);
-  const Running running(*executor);
-  REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
-
+  PausedInShip t(options);
   // The other session writes ship's step row first (uncommitted), so the executor's record waits
   // for it while holding the instance FOR SHARE; then the other session wants the instance row
   // FOR UPDATE. The executor waited first, so its deadlock check runs first and it is the victim.
-  pqxx::connection other(f.db.url());
+  pqxx::connection other(t.f.db.url());
   pqxx::work cross(other);
   cross.exec(
       "INSERT INTO wf_steps (instance_id, step_key, kind, config, state, generation) "
       "VALUES ('o-1', 'ship#1', 'run', '{}', 'pending', 0)");
-  failpoint::release("test.inside_ship");
-  REQUIRE(wait_for([&] { return lock_waiters(f) > 0; }, 10s));
+  t.release();
+  REQUIRE(wait_for([&] { return t.lock_waiters() > 0; }, 10s));
   cross.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");  // deadlock
   cross.abort();
-
-  REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
-  CHECK(f.client().get("o-1").output == kUndisturbed);
-  CHECK(order.charges == 1);
-  CHECK(order.ships == 2);
-  CHECK(order.refunds == 0);
-  const auto entries = unavailable_entries(f, "o-1");
+  const auto entries = t.completed_undisturbed();
+  CHECK(t.order.ships == 2);
   REQUIRE(entries.size() == 1);
   CHECK(entries[0]["cause"] == "deadlock");
 }
 
 TEST_CASE("an undisturbed order completes with the same output and no retry") {
-  // The reference the two tests above compare with.
+  // The reference the tests here compare with.
   CoordinatorFixture f;
   Order order;
   order.add_to(f);
@@ -194,25 +177,15 @@ TEST_CASE("when not even the retry can be recorded, the instance is left to its 
   // The instance row stays locked past both the step record's and the retry's lock_timeout:
   // nothing at all is written, and the instance, still running, is claimed again once its lease
   // has expired.
-  CoordinatorFixture f;
-  Order order;
-  order.add_to(f);
-  f.create("order", "o-1");
-  auto executor = f.executor(short_locks());
-  failpoint::arm("test.inside_ship", failpoint::Action::pause);
-  const Running running(*executor);
-  REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
-  pqxx::connection other(f.db.url());
+  PausedInShip t;
+  pqxx::connection other(t.f.db.url());
   pqxx::work hold(other);
   hold.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");
-  failpoint::release("test.inside_ship");
-  REQUIRE(wait_for([&] { return lock_waiters(f, kRetryStatement) > 0; }, 10s));
-  REQUIRE(wait_for([&] { return lock_waiters(f) == 0; }, 10s));  // the retry gave up too
-  CHECK(f.status("o-1") == InstanceStatus::running);
+  t.release();
+  REQUIRE(wait_for([&] { return t.lock_waiters(kRetryStatement) > 0; }, 10s));
+  REQUIRE(wait_for([&] { return t.lock_waiters() == 0; }, 10s));  // the retry gave up too
+  CHECK(t.f.status("o-1") == InstanceStatus::running);
   hold.commit();
-  f.db.advance_clock(31s);  // past the 30 s lease
-  REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
-  CHECK(f.client().get("o-1").output == kUndisturbed);
-  CHECK(order.refunds == 0);
-  CHECK(unavailable_entries(f, "o-1").empty());
+  t.f.db.advance_clock(31s);  // past the 30 s lease
+  CHECK(t.completed_undisturbed().empty());
 }
