@@ -308,8 +308,8 @@ struct Options {
   // under unavailable_backoff): an instance locked by a wedged session does not hold a thread.
   std::chrono::milliseconds lock_timeout{5'000};
   // The wait before an instance whose replay met a transient database failure is due again; it
-  // doubles with each such replay in a row on this executor (tries is not used: the instance
-  // keeps its lease-free wait, bounded by `most`, until the database answers).
+  // doubles with each such replay in a row on this executor, up to `most`. (`tries` is not used:
+  // such an instance is retried for as long as the failures last, never given up on.)
   pg::Backoff unavailable_backoff{std::chrono::milliseconds(100), std::chrono::milliseconds(5'000)};
 };
 
