@@ -2,6 +2,7 @@
 // call in flight resumes with the synthetic result, re-checks, and never repeats the call.
 #include <fstream>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "bot/bot.h"
@@ -220,51 +221,60 @@ RunId run_reference(LedgerFixture& f, const TempDir& dir) {
   return reference;
 }
 
+// A gated run (and its undisturbed reference, run first) on a running bot, whose tool is inside
+// and waiting for go().
+struct InsideTheTool {
+  InsideTheTool(const std::string& key, std::chrono::milliseconds lock_timeout)
+      : reference(run_reference(f, dir)),
+        run(dispatch_gated(f, key)),
+        sandbox(dir.path / "sandboxes" / run.value()) {
+    bot.emplace(f, dir, lock_timeout);
+    REQUIRE(wait_for([&] { return std::filesystem::exists(sandbox / "inside"); }, 10s));
+  }
+  void go() { std::ofstream(sandbox / "go").put('\n'); }
+  // Waits for the run's end, stops the bot, and checks the run against the reference.
+  void ends_undisturbed() {
+    REQUIRE(wait_for([&] { return ledger::is_terminal(f.ledger.get(run).status); }, 20s));
+    bot.reset();
+    check_undisturbed(f, dir, run, reference);
+  }
+  std::string run_row() const { return "live_runs WHERE run_id = '" + run.value() + "'"; }
+
+  LedgerFixture f;
+  TempDir dir;
+  RunId reference;
+  RunId run;
+  std::filesystem::path sandbox;
+  std::optional<RunningBot> bot;
+};
+
 }  // namespace
 
 TEST_CASE("a bot's write that meets a lock timeout is repeated, and the run ends undisturbed") {
-  LedgerFixture f;
-  TempDir dir;
-  const RunId reference = run_reference(f, dir);
-  const RunId run = dispatch_gated(f, "blocked");
-  const auto sandbox = dir.path / "sandboxes" / run.value();
-  {
-    RunningBot bot(f, dir, 300ms);
-    REQUIRE(wait_for([&] { return std::filesystem::exists(sandbox / "inside"); }, 10s));
-    // Another session holds the run row while the tool's completion wants it FOR SHARE.
-    pqxx::connection other(f.db.url());
-    pqxx::work hold(other);
-    hold.exec("SELECT 1 FROM live_runs WHERE run_id = '" + run.value() + "' FOR UPDATE");
-    std::ofstream(sandbox / "go").put('\n');
-    REQUIRE(wait_for([&] { return lock_waiters(f.db.url()) > 0; }, 10s));
-    REQUIRE(wait_for([&] { return lock_waiters(f.db.url()) == 0; }, 10s));  // gave up: lock_timeout
-    hold.commit();
-    REQUIRE(wait_for([&] { return ledger::is_terminal(f.ledger.get(run).status); }, 20s));
-  }
-  check_undisturbed(f, dir, run, reference);
+  InsideTheTool t("blocked", 300ms);
+  // Another session holds the run row while the tool's completion wants it FOR SHARE.
+  pqxx::connection other(t.f.db.url());
+  pqxx::work hold(other);
+  hold.exec("SELECT 1 FROM " + t.run_row() + " FOR UPDATE");
+  t.go();
+  REQUIRE(wait_for([&] { return lock_waiters(t.f.db.url()) > 0; }, 10s));
+  REQUIRE(wait_for([&] { return lock_waiters(t.f.db.url()) == 0; }, 10s));  // lock_timeout
+  hold.commit();
+  t.ends_undisturbed();
 }
 
 TEST_CASE("a bot's write chosen as a deadlock's victim is repeated, and the run ends undisturbed") {
-  LedgerFixture f;
-  TempDir dir;
-  const RunId reference = run_reference(f, dir);
-  const RunId run = dispatch_gated(f, "deadlocked");
-  const auto sandbox = dir.path / "sandboxes" / run.value();
-  {
-    RunningBot bot(f, dir, 5s);  // past deadlock_timeout (1 s)
-    REQUIRE(wait_for([&] { return std::filesystem::exists(sandbox / "inside"); }, 10s));
-    // The other session locks the step's row first; the completion takes the run row FOR SHARE
-    // and waits for the step row; then the other session wants the run row: a cycle, whose
-    // victim is the completion (it waited first, so its deadlock check runs first).
-    pqxx::connection other(f.db.url());
-    pqxx::work cross(other);
-    cross.exec("SELECT 1 FROM run_steps WHERE run_id = '" + run.value() +
-               "' AND step_no = 1 FOR UPDATE");
-    std::ofstream(sandbox / "go").put('\n');
-    REQUIRE(wait_for([&] { return lock_waiters(f.db.url()) > 0; }, 10s));
-    cross.exec("SELECT 1 FROM live_runs WHERE run_id = '" + run.value() + "' FOR UPDATE");
-    cross.abort();
-    REQUIRE(wait_for([&] { return ledger::is_terminal(f.ledger.get(run).status); }, 20s));
-  }
-  check_undisturbed(f, dir, run, reference);
+  InsideTheTool t("deadlocked", 5s);  // lock_timeout past deadlock_timeout (1 s)
+  // The other session locks the step's row first; the completion takes the run row FOR SHARE
+  // and waits for the step row; then the other session wants the run row: a cycle, whose
+  // victim is the completion (it waited first, so its deadlock check runs first).
+  pqxx::connection other(t.f.db.url());
+  pqxx::work cross(other);
+  cross.exec("SELECT 1 FROM run_steps WHERE run_id = '" + t.run.value() +
+             "' AND step_no = 1 FOR UPDATE");
+  t.go();
+  REQUIRE(wait_for([&] { return lock_waiters(t.f.db.url()) > 0; }, 10s));
+  cross.exec("SELECT 1 FROM " + t.run_row() + " FOR UPDATE");
+  cross.abort();
+  t.ends_undisturbed();
 }

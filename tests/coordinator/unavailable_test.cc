@@ -98,6 +98,16 @@ struct PausedInShip {
     REQUIRE(failpoint::wait_until_paused("test.inside_ship", 10s));
   }
   void release() { failpoint::release("test.inside_ship"); }
+  // Another session holds the instance row while ship's record waits for it, until the record
+  // has given up (lock_timeout) and the retry's statement is the one waiting; commit() ends it.
+  pqxx::work& hold_row_until_the_retry_waits() {
+    other.emplace(f.db.url());
+    hold.emplace(*other);
+    hold->exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");
+    release();
+    REQUIRE(wait_for([&] { return lock_waiters(kRetryStatement) > 0; }, 10s));
+    return *hold;
+  }
   int lock_waiters(const std::string& text = "") {
     return runledger::testing::lock_waiters(f.db.url(), text);
   }
@@ -114,21 +124,15 @@ struct PausedInShip {
   Order order;
   std::unique_ptr<coordinator::Executor> executor;
   std::optional<Running> running;
+  std::optional<pqxx::connection> other;
+  std::optional<pqxx::work> hold;
 };
 
 }  // namespace
 
 TEST_CASE("a step record that meets a lock timeout leaves the instance to finish undisturbed") {
   PausedInShip t;
-  // Another session holds the instance row past the executor's lock_timeout while ship's
-  // record waits for it.
-  pqxx::connection other(t.f.db.url());
-  pqxx::work hold(other);
-  hold.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");
-  t.release();
-  // The record gave up (lock_timeout) when the retry's statement is the one waiting.
-  REQUIRE(wait_for([&] { return t.lock_waiters(kRetryStatement) > 0; }, 10s));
-  hold.commit();
+  t.hold_row_until_the_retry_waits().commit();  // the retry then gets the row
   const auto entries = t.completed_undisturbed();
   CHECK(t.order.ships == 2);  // its record failed, so the body ran again
   REQUIRE(entries.size() == 1);
@@ -178,11 +182,7 @@ TEST_CASE("when not even the retry can be recorded, the instance is left to its 
   // nothing at all is written, and the instance, still running, is claimed again once its lease
   // has expired.
   PausedInShip t;
-  pqxx::connection other(t.f.db.url());
-  pqxx::work hold(other);
-  hold.exec("SELECT 1 FROM wf_instances WHERE instance_id = 'o-1' FOR UPDATE");
-  t.release();
-  REQUIRE(wait_for([&] { return t.lock_waiters(kRetryStatement) > 0; }, 10s));
+  auto& hold = t.hold_row_until_the_retry_waits();
   REQUIRE(wait_for([&] { return t.lock_waiters() == 0; }, 10s));  // the retry gave up too
   CHECK(t.f.status("o-1") == InstanceStatus::running);
   hold.commit();
