@@ -48,7 +48,7 @@
 #include "ledger/ledger.h"
 #include "migrations/migrations.h"
 #include "pg/pg.h"
-#include "transcript/statements.h"  // the append's own SQL, for pgbench to run (paired rounds)
+#include "transcript/statements.h"  // private: the append's own SQL, for pgbench to run (paired rounds)
 #include "transcript/transcript.h"
 
 namespace {

@@ -1,11 +1,11 @@
-// The runledger command line: one executable, one Command (cli/arguments.h) per command, each
+// The runledger command line: one executable, one Command (cli/arguments/arguments.h) per command, each
 // declared next to the function that runs it. Private to cli/.
 #pragma once
 
 #include <filesystem>
 #include <string>
 
-#include "cli/arguments.h"
+#include "cli/arguments/arguments.h"
 
 namespace runledger::cli {
 

@@ -7,7 +7,7 @@
 --
 -- From here runledger_now() is now(), and neither the function nor the sequence exists. The
 -- movable clock is installed explicitly into test databases only, by code the runledger binary
--- does not contain (migrations/test_clock.h: the test template gets it, and workflow authors'
+-- does not contain (migrations/test_clock/test_clock.h: the test template gets it, and workflow authors'
 -- tests through coordinator::testing::install_test_clock). A later migration that replaces
 -- runledger_now() replaces a test clock too; runledger_move_clock() then refuses to move.
 --

@@ -9,7 +9,7 @@
 //    know (the database is newer than the code), is a Conflict naming the version: nothing is
 //    applied.
 //  - The schema they make has no way to move the database clock: runledger_now() is now()
-//    (migration 0014). Tests install the movable clock separately (migrations/test_clock.h).
+//    (migration 0014). Tests install the movable clock separately (migrations/test_clock/test_clock.h).
 //
 // Thread-safety: functions are thread-safe; each opens its own connection.
 #pragma once
@@ -21,7 +21,7 @@
 namespace runledger::migrations {
 
 // The advisory lock (advisory locks are per database) under which apply() runs; the test clock
-// (migrations/test_clock.h) installs under it too. Any constant unique to runledger.
+// (migrations/test_clock/test_clock.h) installs under it too. Any constant unique to runledger.
 inline constexpr std::int64_t kLock = 0x72756e6c6467;  // "runldg"
 
 struct Migration {

@@ -1,9 +1,9 @@
 // Test support for workflow authors: mocks as a Step that wraps the engine's, two statements, and
-// the test clock's install (migrations/test_clock.h).
+// the test clock's install (migrations/test_clock/test_clock.h).
 #include "coordinator/testing/testing.h"
 
 #include "errors/errors.h"
-#include "migrations/test_clock.h"
+#include "migrations/test_clock/test_clock.h"
 
 namespace runledger::coordinator::testing {
 namespace {

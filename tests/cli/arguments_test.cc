@@ -1,11 +1,11 @@
-// The command-line parser (cli/arguments.h) on its own: what it accepts, what it refuses and how
+// The command-line parser (cli/arguments/arguments.h) on its own: what it accepts, what it refuses and how
 // it says so, and the usage it writes from the declarations.
 #include <catch2/catch.hpp>
 
 #include <climits>
 #include <stdexcept>
 
-#include "cli/arguments.h"
+#include "cli/arguments/arguments.h"
 #include "errors/errors.h"
 
 using namespace runledger;

@@ -5,7 +5,7 @@
 #include <optional>
 #include <thread>
 
-#include "coordinator/step_recorder.h"
+#include "coordinator/step_recorder.h"  // private: the unit under test
 #include "tests/coordinator/coordinator_fixture.h"
 
 using namespace runledger;

@@ -1,5 +1,5 @@
 // The rules of a live_runs row (migration 0012 moved them from CHECK constraints to a trigger on
-// the columns they govern) and the test clock (migrations/test_clock.h; a production database has
+// the columns they govern) and the test clock (migrations/test_clock/test_clock.h; a production database has
 // none: tests/migrations).
 #include "tests/ledger/ledger_fixture.h"
 

@@ -4,7 +4,7 @@
 
 #include "errors/errors.h"
 #include "migrations/migrations.h"
-#include "migrations/test_clock.h"
+#include "migrations/test_clock/test_clock.h"
 #include "tests/support/empty_database.h"
 
 using namespace runledger;

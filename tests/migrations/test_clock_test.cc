@@ -1,10 +1,10 @@
-// The movable test clock (migrations/test_clock.h): only into a test database migrated by this
+// The movable test clock (migrations/test_clock/test_clock.h): only into a test database migrated by this
 // build, installed again without losing the time moved, and never silently stuck.
 #include <catch2/catch.hpp>
 
 #include "errors/errors.h"
 #include "migrations/migrations.h"
-#include "migrations/test_clock.h"
+#include "migrations/test_clock/test_clock.h"
 #include "tests/support/empty_database.h"
 
 using namespace runledger;

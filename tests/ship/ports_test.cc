@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <pqxx/pqxx>
 
-#include "coordinator/ship/ship.h"
+#include "ship/ship.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
 #include "tests/support/test_database.h"

@@ -8,7 +8,7 @@
 #include "cluster/cluster.h"
 #include "ids/ids.h"
 #include "migrations/migrations.h"
-#include "migrations/test_clock.h"
+#include "migrations/test_clock/test_clock.h"
 
 namespace runledger::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "cli/arguments.h"
+#include "cli/arguments/arguments.h"
 
 #include <algorithm>
 #include <charconv>

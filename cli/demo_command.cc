@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/ship/ship.h"
+#include "ship/ship.h"
 #include "pg/pg.h"
 #include "subprocess/subprocess.h"
 

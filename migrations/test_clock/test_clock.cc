@@ -1,4 +1,4 @@
-#include "migrations/test_clock.h"
+#include "migrations/test_clock/test_clock.h"
 
 #include <string>
 

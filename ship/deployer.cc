@@ -2,9 +2,9 @@
 // at it, and a row per deploy key.
 #include <unistd.h>
 
-#include "coordinator/ship/git.h"
-#include "coordinator/ship/ship.h"
-#include "coordinator/ship/statements.h"
+#include "ship/git.h"
+#include "ship/ship.h"
+#include "ship/statements.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
 #include "subprocess/subprocess.h"

@@ -1,7 +1,7 @@
 // The local forge: branches of a bare repository, change requests as rows, real merge commits.
-#include "coordinator/ship/git.h"
-#include "coordinator/ship/ship.h"
-#include "coordinator/ship/statements.h"
+#include "ship/git.h"
+#include "ship/ship.h"
+#include "ship/statements.h"
 #include "errors/errors.h"
 
 namespace runledger::ship {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "coordinator/ship/ship.h"
+#include "ship/ship.h"
 #include "digest/digest.h"
 #include "errors/errors.h"
 #include "ids/ids.h"

@@ -1,4 +1,4 @@
-#include "coordinator/ship/git.h"
+#include "ship/git.h"
 
 #include <stdexcept>
 

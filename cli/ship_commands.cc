@@ -11,7 +11,7 @@
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/ship/ship.h"
+#include "ship/ship.h"
 #include "errors/errors.h"
 
 namespace runledger::cli {

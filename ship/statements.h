@@ -1,4 +1,4 @@
-// Every SQL statement of the ship ports, in one place. Private to coordinator/ship/.
+// Every SQL statement of the ship ports, in one place. Private to ship/.
 #pragma once
 
 #include "pg/pg.h"

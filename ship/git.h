@@ -1,4 +1,4 @@
-// Running git on a bare repository. Private to coordinator/ship/.
+// Running git on a bare repository. Private to ship/.
 #pragma once
 
 #include <filesystem>

@@ -1,6 +1,6 @@
 // The chat thread outbox and the requester policy: rows, each write idempotent.
-#include "coordinator/ship/ship.h"
-#include "coordinator/ship/statements.h"
+#include "ship/ship.h"
+#include "ship/statements.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
 
