@@ -28,8 +28,8 @@ json parse_json(const std::string& text, const std::string& name) {
 
 json step_json(const coordinator::StepRecord& s) {
   return {{"step_key", s.step_key},
-          {"kind", s.kind},
-          {"state", s.state},
+          {"kind", to_string(s.kind)},
+          {"state", to_string(s.state)},
           {"attempts", s.attempts},
           {"config", s.config},
           {"output", s.output},

@@ -73,6 +73,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "errors/errors.h"
 #include "ids/ids.h"
 #include "ledger/ledger.h"
 #include "pg/pg.h"
@@ -86,39 +87,75 @@ std::string_view to_string(InstanceStatus status);
 InstanceStatus parse_instance_status(std::string_view name);  // throws InvalidArgument
 
 // ---------------------------------------------------------------------------------------------
-// What a workflow's steps throw
+// Steps as recorded
 
-// Thrown by a step body to end its retries at once.
-class NonRetryable : public std::runtime_error {
+// What a step call is; a replayed call of another kind than its record's is non-determinism.
+enum class StepKind { run, sleep, wait, wait_any, spawn };
+std::string_view to_string(StepKind kind);
+StepKind parse_step_kind(std::string_view name);  // throws InvalidArgument
+
+// pending: not final yet (a sleep or wait not due, a run step between retries).
+enum class StepState { pending, succeeded, failed };
+std::string_view to_string(StepState state);
+StepState parse_step_state(std::string_view name);  // throws InvalidArgument
+
+// Why a step ended in its final error: its body's last attempt failed, threw NonRetryable, timed
+// out, or returned too large a value; its wait timed out; or the execution reached the step cap
+// or the instance's deadline in it.
+enum class StepErrorKind {
+  failed,
+  non_retryable,
+  timeout,
+  value_too_large,
+  event_timeout,
+  step_limit,
+  deadline
+};
+std::string_view to_string(StepErrorKind kind);
+StepErrorKind parse_step_error_kind(std::string_view name);  // throws InvalidArgument
+
+// ---------------------------------------------------------------------------------------------
+// What a workflow's steps throw: runledger::Error outcomes (errors/errors.h), so that the CLI and
+// the server map them where they map every other outcome.
+
+// Thrown by a step body to end its retries at once (code step_failed).
+class NonRetryable : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit NonRetryable(const std::string& message) : Error(ErrorCode::step_failed, message) {}
 };
 
 // A step's final error (its attempts exhausted, NonRetryable, its value too large, a wait's
-// timeout), thrown when it happens and re-thrown from the record on every replay.
-class StepError : public std::runtime_error {
+// timeout), thrown when it happens and re-thrown from the record on every replay. Code
+// step_failed; details {"step", "kind"}.
+class StepError : public Error {
  public:
-  StepError(std::string step_key, std::string kind, const std::string& message)
-      : std::runtime_error(message), step_key_(std::move(step_key)), kind_(std::move(kind)) {}
+  StepError(std::string step_key, StepErrorKind kind, const std::string& message)
+      : Error(ErrorCode::step_failed, message,
+              {{"step", step_key}, {"kind", std::string(to_string(kind))}}),
+        step_key_(std::move(step_key)),
+        kind_(kind) {}
   const std::string& step_key() const { return step_key_; }
-  // "failed", "non_retryable", "timeout", "value_too_large", "event_timeout"
-  const std::string& kind() const { return kind_; }
+  StepErrorKind kind() const { return kind_; }
 
  private:
   std::string step_key_;
-  std::string kind_;
+  StepErrorKind kind_;
 };
 
+// A wait's timeout (kind event_timeout).
 class EventTimeout : public StepError {
  public:
-  using StepError::StepError;
+  EventTimeout(std::string step_key, const std::string& message)
+      : StepError(std::move(step_key), StepErrorKind::event_timeout, message) {}
 };
 
 // A replayed call whose kind differs from the step recorded under its key. Ends the instance.
-class NonDeterminism : public std::runtime_error {
+// Code nondeterministic; details {"step"}.
+class NonDeterminism : public Error {
  public:
   NonDeterminism(std::string step_key, const std::string& message)
-      : std::runtime_error(message), step_key_(std::move(step_key)) {}
+      : Error(ErrorCode::nondeterministic, message, {{"step", step_key}}),
+        step_key_(std::move(step_key)) {}
   const std::string& step_key() const { return step_key_; }
 
  private:
@@ -272,8 +309,8 @@ struct Created {
 
 struct StepRecord {
   std::string step_key;
-  std::string kind;   // run | sleep | wait | spawn
-  std::string state;  // pending | succeeded | failed
+  StepKind kind = StepKind::run;
+  StepState state = StepState::pending;
   int attempts = 0;
   json config;
   json output;

@@ -11,9 +11,11 @@
 
 namespace runledger::coordinator {
 
+// stopped: a handler is not registered; failed: a handler's final error.
+enum class RollbackState { complete, stopped, failed };
+
 struct RollbackEnd {
-  std::string
-      state;  // complete | stopped (a handler not registered) | failed (a handler's final error)
+  RollbackState state = RollbackState::complete;
   int compensated = 0;  // compensations that have succeeded, in all executions
   std::string message;  // why it stopped or failed
   std::optional<std::string> step;

@@ -175,7 +175,7 @@ void sweep(const std::string& workflow) {
               .as<int>() == 1);
     const std::string log = f.log.string();
     for (const auto& s : f.client().steps(id)) {
-      if (s.kind != "run") continue;
+      if (s.kind != coordinator::StepKind::run) continue;
       // A branch's key is "fan#1/0/left#1": the body is logged under its last name.
       const std::string last = s.step_key.substr(s.step_key.rfind('/') + 1);
       const std::string name = last.substr(0, last.find('#'));

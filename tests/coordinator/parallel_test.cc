@@ -214,6 +214,6 @@ TEST_CASE("wait_any reports which alternative matched, takes buffered events, an
   // The timeout is recorded: replaying the instance finds it, no event changes it.
   const auto steps = f.client().steps("nothing");
   REQUIRE(steps.size() == 1);
-  CHECK(steps[0].kind == "wait_any");
-  CHECK(steps[0].state == "failed");
+  CHECK(steps[0].kind == coordinator::StepKind::wait_any);
+  CHECK(steps[0].state == coordinator::StepState::failed);
 }

@@ -128,7 +128,8 @@ TEST_CASE("a final error is recorded and re-thrown on replay without running the
                  throw coordinator::NonRetryable("the remote said no");
                });
     } catch (const coordinator::StepError& e) {
-      caught = std::string(e.step_key()) + ": " + e.what() + " (" + e.kind() + ")";
+      caught = std::string(e.step_key()) + ": " + e.what() + " (" +
+               std::string(to_string(e.kind())) + ")";
     }
     step.sleep("after", 1s);
     return json(caught);

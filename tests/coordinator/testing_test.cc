@@ -64,8 +64,8 @@ TEST_CASE("a mocked step records the mocked value instead of running its body") 
   CHECK(checkout->bodies == 1);
   const auto steps = f.client().steps(id);
   REQUIRE(steps.size() == 3);
-  CHECK(steps[1].output == "mocked-2");  // recorded like a body's value
-  CHECK(steps[2].state == "failed");     // the timeout too
+  CHECK(steps[1].output == "mocked-2");                     // recorded like a body's value
+  CHECK(steps[2].state == coordinator::StepState::failed);  // the timeout too
 }
 
 TEST_CASE("a mocked error is the step's final error, and a mock by name covers every call") {
