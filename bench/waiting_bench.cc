@@ -162,10 +162,10 @@ void run(const Args& args, int instances) {
     check_interrupted();
     const std::string id = "wake-" + batch + std::to_string(i);
     const std::int64_t until = db_now_ms(db) + 1500;
-    client.create("bench.sleeper", id, {{"until_ms", until}});
+    client.create("bench.sleeper", InstanceId(id), {{"until_ms", until}});
     for (;;) {
       std::this_thread::sleep_for(50ms);
-      const auto instance = client.get(id);
+      const auto instance = client.get(InstanceId(id));
       if (instance.status == coordinator::InstanceStatus::complete) {
         f.wake_ms.push_back(
             static_cast<double>(instance.output.get<std::int64_t>() - until * 1000) / 1e3);

@@ -50,7 +50,7 @@ struct Session {
 
 int create(const Arguments& args) {
   const std::string workflow = args.value("--workflow");
-  const std::string id = args.value("--id");
+  const auto id = InstanceId::parse(args.value("--id"), "--id");
   const auto text = args.text("--input");
   const json input = text ? parse_json(*text, "--input") : json::object();
   Session s;
@@ -70,14 +70,14 @@ int ls(const Arguments& args) {
   std::printf("%-32s  %-24s  %-10s  %s\n", "INSTANCE", "WORKFLOW@VERSION", "STATUS", "UPDATED");
   for (const auto& i : found) {
     const std::string workflow = i.workflow + "@" + std::to_string(i.version);
-    std::printf("%-32s  %-24s  %-10s  %s\n", i.instance_id.c_str(), workflow.c_str(),
+    std::printf("%-32s  %-24s  %-10s  %s\n", i.instance_id.value().c_str(), workflow.c_str(),
                 std::string(coordinator::to_string(i.status)).c_str(), i.updated_at.c_str());
   }
   return 0;
 }
 
 int show(const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   Session s;
   json out = coordinator::to_json(s.client.get(id));
   json steps = json::array();
@@ -89,7 +89,7 @@ int show(const Arguments& args) {
 
 int history(const Arguments& args) {
   Session s;
-  const auto entries = s.client.history(args.positional("ID"));
+  const auto entries = s.client.history(InstanceId::parse(args.positional("ID"), "ID"));
   std::printf("%-29s  %4s  %-16s  %-16s  %s\n", "AT", "GEN", "WHAT", "STEP", "DETAIL");
   for (const auto& h : entries) {
     std::printf("%-29s  %4s  %-16s  %-16s  %s\n", h.at.c_str(),
@@ -101,7 +101,7 @@ int history(const Arguments& args) {
 }
 
 int send_event(const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   const std::string type = args.value("--type");
   const auto text = args.text("--payload");
   const json payload = text ? parse_json(*text, "--payload") : json::object();
@@ -111,13 +111,13 @@ int send_event(const Arguments& args) {
   const std::string dedupe_key = args.text("--dedupe-key").value_or(random_uuid());
   Session s;
   const bool is_new = s.client.send_event(id, type, payload, dedupe_key, args.value("--by"));
-  print({{"instance_id", id}, {"type", type}, {"dedupe_key", dedupe_key}, {"new", is_new}});
+  print({{"instance_id", id.value()}, {"type", type}, {"dedupe_key", dedupe_key}, {"new", is_new}});
   return 0;
 }
 
 // pause, resume and terminate: an operator action, then the instance.
 int operator_action(const std::string& verb, const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   const std::string by = args.value("--by");
   Session s;
   if (verb == "pause") s.client.pause(id, by);
@@ -128,7 +128,7 @@ int operator_action(const std::string& verb, const Arguments& args) {
 }
 
 int restart(const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   Session s;
   const int discarded = s.client.restart(id, args.value("--step"), args.value("--by"));
   json out = coordinator::to_json(s.client.get(id));

@@ -26,7 +26,7 @@ const Registration& registered(const Registry& registry, std::string_view workfl
 }  // namespace
 
 int Coordinator::create_batch(std::string_view workflow,
-                              const std::vector<std::pair<std::string, json>>& instances) {
+                              const std::vector<std::pair<InstanceId, json>>& instances) {
   if (instances.size() > kMaxBatch) {
     throw InvalidArgument("a batch creates at most " + std::to_string(kMaxBatch) +
                           " instances, not " + std::to_string(instances.size()));
@@ -34,8 +34,7 @@ int Coordinator::create_batch(std::string_view workflow,
   const Registration& r = registered(registry_, workflow);
   json batch = json::array();
   for (const auto& [instance_id, input] : instances) {
-    check_instance_id(instance_id, "instance_id");
-    batch.push_back({{"id", instance_id}, {"input", input}});
+    batch.push_back({{"id", instance_id.value()}, {"input", input}});
   }
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
@@ -44,21 +43,21 @@ int Coordinator::create_batch(std::string_view workflow,
   return rows[0][0].as<int>();
 }
 
-Created Coordinator::create(std::string_view workflow, const std::string& instance_id,
+Created Coordinator::create(std::string_view workflow, const InstanceId& instance_id,
                             const json& input) {
-  check_instance_id(instance_id, "instance_id");
   const Registration* r = &registered(registry_, workflow);
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  auto rows = pg::exec(tx, sql::kCreate, instance_id, r->name, r->version, input.dump(),
+  auto rows = pg::exec(tx, sql::kCreate, instance_id.value(), r->name, r->version, input.dump(),
                        static_cast<std::int64_t>(r->max_duration.count()));
   if (!rows.empty()) return {instance_from_row(rows[0]), true};
-  rows = pg::exec(tx, sql::kGet, instance_id);
-  if (rows.empty()) throw Conflict("instance " + instance_id + " vanished while being created");
+  rows = pg::exec(tx, sql::kGet, instance_id.value());
+  if (rows.empty())
+    throw Conflict("instance " + instance_id.value() + " vanished while being created");
   return {instance_from_row(rows[0]), false};
 }
 
-bool Coordinator::send_event(const std::string& instance_id, const std::string& type,
+bool Coordinator::send_event(const InstanceId& instance_id, const std::string& type,
                              const json& payload, const std::string& dedupe_key,
                              const std::string& by) {
   check_key(type, "type");
@@ -69,21 +68,24 @@ bool Coordinator::send_event(const std::string& instance_id, const std::string& 
   }
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  if (!pg::exec(tx, sql::kSendEvent, instance_id, type, payload.dump(), dedupe_key, by).empty()) {
+  if (!pg::exec(tx, sql::kSendEvent, instance_id.value(), type, payload.dump(), dedupe_key, by)
+           .empty()) {
     return true;
   }
-  if (pg::exec(tx, sql::kExists, instance_id).empty()) {
-    throw NotFound("instance " + instance_id + " does not exist", {{"instance_id", instance_id}});
+  if (pg::exec(tx, sql::kExists, instance_id.value()).empty()) {
+    throw NotFound("instance " + instance_id.value() + " does not exist",
+                   {{"instance_id", instance_id.value()}});
   }
   return false;
 }
 
-Instance Coordinator::get(const std::string& instance_id) {
+Instance Coordinator::get(const InstanceId& instance_id) {
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  const auto rows = pg::exec(tx, sql::kGet, instance_id);
+  const auto rows = pg::exec(tx, sql::kGet, instance_id.value());
   if (rows.empty()) {
-    throw NotFound("instance " + instance_id + " does not exist", {{"instance_id", instance_id}});
+    throw NotFound("instance " + instance_id.value() + " does not exist",
+                   {{"instance_id", instance_id.value()}});
   }
   return instance_from_row(rows[0]);
 }
@@ -101,21 +103,22 @@ std::vector<Instance> Coordinator::list(std::optional<InstanceStatus> status, in
   return out;
 }
 
-std::vector<StepRecord> Coordinator::steps(const std::string& instance_id) {
+std::vector<StepRecord> Coordinator::steps(const InstanceId& instance_id) {
   get(instance_id);  // NotFound
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   std::vector<StepRecord> out;
-  for (const auto& row : pg::exec(tx, sql::kSteps, instance_id)) out.push_back(step_from_row(row));
+  for (const auto& row : pg::exec(tx, sql::kSteps, instance_id.value()))
+    out.push_back(step_from_row(row));
   return out;
 }
 
-std::vector<HistoryEntry> Coordinator::history(const std::string& instance_id) {
+std::vector<HistoryEntry> Coordinator::history(const InstanceId& instance_id) {
   get(instance_id);  // NotFound
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   std::vector<HistoryEntry> out;
-  for (const auto& row : pg::exec(tx, sql::kHistory, instance_id)) {
+  for (const auto& row : pg::exec(tx, sql::kHistory, instance_id.value())) {
     out.push_back(
         {row[0].as<std::int64_t>(), row[1].as<std::string>(),
          row[2].is_null() ? std::nullopt : std::optional<std::int64_t>(row[2].as<std::int64_t>()),
@@ -126,57 +129,58 @@ std::vector<HistoryEntry> Coordinator::history(const std::string& instance_id) {
 
 namespace {
 
-void require_action(pg::Pool& pool, const pg::Statement& statement, const std::string& instance_id,
+void require_action(pg::Pool& pool, const pg::Statement& statement, const InstanceId& instance_id,
                     const std::string& by, std::string_view action) {
   check_key(by, "by");
   auto conn = pool.acquire();
   pqxx::nontransaction tx(*conn);
-  if (!pg::exec(tx, statement, instance_id, by).empty()) return;
-  const auto rows = pg::exec(tx, sql::kGet, instance_id);
+  if (!pg::exec(tx, statement, instance_id.value(), by).empty()) return;
+  const auto rows = pg::exec(tx, sql::kGet, instance_id.value());
   if (rows.empty()) {
-    throw NotFound("instance " + instance_id + " does not exist", {{"instance_id", instance_id}});
+    throw NotFound("instance " + instance_id.value() + " does not exist",
+                   {{"instance_id", instance_id.value()}});
   }
   const auto instance = instance_from_row(rows[0]);
-  throw Conflict("cannot " + std::string(action) + " instance " + instance_id + ": it is " +
+  throw Conflict("cannot " + std::string(action) + " instance " + instance_id.value() + ": it is " +
                      std::string(to_string(instance.status)),
-                 {{"instance_id", instance_id}, {"status", to_string(instance.status)}});
+                 {{"instance_id", instance_id.value()}, {"status", to_string(instance.status)}});
 }
 
 }  // namespace
 
-void Coordinator::pause(const std::string& instance_id, const std::string& by) {
+void Coordinator::pause(const InstanceId& instance_id, const std::string& by) {
   require_action(pool_, sql::kPause, instance_id, by, "pause");
 }
 
-void Coordinator::resume(const std::string& instance_id, const std::string& by) {
+void Coordinator::resume(const InstanceId& instance_id, const std::string& by) {
   require_action(pool_, sql::kResume, instance_id, by, "resume");
 }
 
-void Coordinator::terminate(const std::string& instance_id, const std::string& by, bool rollback) {
+void Coordinator::terminate(const InstanceId& instance_id, const std::string& by, bool rollback) {
   require_action(pool_, rollback ? sql::kTerminateWithRollback : sql::kTerminate, instance_id, by,
                  "terminate");
 }
 
-int Coordinator::restart(const std::string& instance_id, const std::string& step_key,
+int Coordinator::restart(const InstanceId& instance_id, const std::string& step_key,
                          const std::string& by) {
   check_key(by, "by");
   pqxx::result rows;
   {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
-    rows = pg::exec(tx, sql::kRestart, instance_id, by, step_key);
+    rows = pg::exec(tx, sql::kRestart, instance_id.value(), by, step_key);
   }
   if (rows.empty()) {
     get(instance_id);  // NotFound for the instance itself
     const auto recorded = steps(instance_id);
     if (std::ranges::find(recorded, step_key, &StepRecord::step_key) != recorded.end()) {
-      throw Conflict("cannot restart instance " + instance_id + " from step " + step_key +
+      throw Conflict("cannot restart instance " + instance_id.value() + " from step " + step_key +
                          ": a step before it was compensated (its effect is undone); restart "
                          "from that step or earlier",
-                     {{"instance_id", instance_id}, {"step_key", step_key}});
+                     {{"instance_id", instance_id.value()}, {"step_key", step_key}});
     }
-    throw NotFound("instance " + instance_id + " has no step " + step_key,
-                   {{"instance_id", instance_id}, {"step_key", step_key}});
+    throw NotFound("instance " + instance_id.value() + " has no step " + step_key,
+                   {{"instance_id", instance_id.value()}, {"step_key", step_key}});
   }
   return rows[0][0].as<int>();
 }

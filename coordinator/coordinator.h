@@ -208,7 +208,7 @@ using Branch = std::function<json(Step&)>;
 class Step {
  public:
   virtual ~Step() = default;
-  virtual const std::string& instance_id() const = 0;
+  virtual const InstanceId& instance_id() const = 0;
   // Memoized: the body's value, or its final error.
   virtual json run(std::string_view name, const StepConfig& config,
                    const std::function<json(std::stop_token)>& body) = 0;
@@ -247,7 +247,7 @@ struct Registration {
 
 // What a compensation handler undoes: the step, and the value it recorded.
 struct UndoRequest {
-  const std::string& instance_id;
+  const InstanceId& instance_id;
   const std::string& step_key;  // with instance_id, a key for making the undo idempotent
   const json& output;
   int attempt = 1;
@@ -282,7 +282,7 @@ class Registry {
 // Instances
 
 struct Instance {
-  std::string instance_id;
+  InstanceId instance_id{""};
   std::string workflow;
   int version = 0;
   json input;
@@ -355,41 +355,40 @@ class Coordinator {
  public:
   Coordinator(pg::Pool& pool, const Registry& registry);
 
-  // Idempotent on instance_id (1-255 characters of [A-Za-z0-9_.:-]). InvalidArgument for a bad
-  // id or a workflow not in the registry.
-  Created create(std::string_view workflow, const std::string& instance_id, const json& input);
+  // Idempotent on instance_id. InvalidArgument for a workflow not in the registry.
+  Created create(std::string_view workflow, const InstanceId& instance_id, const json& input);
   // Creates up to kMaxBatch instances of one workflow in one statement (one commit), each
   // idempotent on its id like create(); returns how many were new. InvalidArgument (nothing
-  // created) for a bad id, an unknown workflow, or a batch too large.
+  // created) for an unknown workflow or a batch too large.
   static constexpr std::size_t kMaxBatch = 10'000;
   int create_batch(std::string_view workflow,
-                   const std::vector<std::pair<std::string, json>>& instances);
+                   const std::vector<std::pair<InstanceId, json>>& instances);
   // Buffered until a wait takes it; recorded in the history ("event sent") with `by`, who sent
   // it. Idempotent on (instance, dedupe_key): the second send returns false. NotFound for an
   // unknown instance.
-  bool send_event(const std::string& instance_id, const std::string& type, const json& payload,
+  bool send_event(const InstanceId& instance_id, const std::string& type, const json& payload,
                   const std::string& dedupe_key, const std::string& by = "api");
-  Instance get(const std::string& instance_id);  // NotFound
+  Instance get(const InstanceId& instance_id);  // NotFound
   std::vector<Instance> list(std::optional<InstanceStatus> status, int limit);
-  std::vector<StepRecord> steps(const std::string& instance_id);
-  std::vector<HistoryEntry> history(const std::string& instance_id);
+  std::vector<StepRecord> steps(const InstanceId& instance_id);
+  std::vector<HistoryEntry> history(const InstanceId& instance_id);
 
   // Operator actions, each recorded in the history with `by`. Each takes the instance away from
   // an executor holding it (its next write is refused). NotFound for an unknown instance;
   // Conflict when its status does not allow the action.
   // queued | running | waiting -> paused.
-  void pause(const std::string& instance_id, const std::string& by);
+  void pause(const InstanceId& instance_id, const std::string& by);
   // paused -> queued (due at once).
-  void resume(const std::string& instance_id, const std::string& by);
+  void resume(const InstanceId& instance_id, const std::string& by);
   // Any unfinished status -> terminated. With rollback, the instance is queued to have the
   // compensations of its succeeded steps run by an executor first, and ends terminated after.
-  void terminate(const std::string& instance_id, const std::string& by, bool rollback = false);
+  void terminate(const InstanceId& instance_id, const std::string& by, bool rollback = false);
   // Discards step `step_key` (name#count) and every step recorded after it, and queues the
   // instance (whatever its status) with a fresh deadline: those steps run again, earlier ones
   // are reused. Spawns after a restart dispatch new children. Returns the number of steps
   // discarded. NotFound when the instance has no such step; Conflict when a step before it was
   // compensated (its effect is undone: restart from that step or earlier).
-  int restart(const std::string& instance_id, const std::string& step_key, const std::string& by);
+  int restart(const InstanceId& instance_id, const std::string& step_key, const std::string& by);
 
  private:
   pg::Pool& pool_;

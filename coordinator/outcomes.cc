@@ -17,7 +17,7 @@ std::optional<ClaimedInstance> Executor::State::claim() {
   if (rows.empty()) return std::nullopt;
   const auto& row = rows[0];
   ClaimedInstance c;
-  c.instance_id = row[0].as<std::string>();
+  c.instance_id = InstanceId(row[0].as<std::string>());
   c.workflow = row[1].as<std::string>();
   c.version = row[2].as<int>();
   c.input = json_from(row[3]);
@@ -31,7 +31,7 @@ std::optional<ClaimedInstance> Executor::State::claim() {
 }
 
 void Executor::State::replay(ClaimedInstance claimed) {
-  const std::string instance_id = claimed.instance_id;
+  const std::string instance_id = claimed.instance_id.value();
   const Generation generation = claimed.generation;
   auto lost = std::make_shared<std::atomic<bool>>(false);
   {
@@ -91,7 +91,7 @@ void Executor::State::replay_held(ClaimedInstance claimed,
   if (!registration || !registration->workflow) {
     throw std::logic_error("claimed an instance of a workflow this executor cannot run");
   }
-  const std::string instance_id = claimed.instance_id;
+  const std::string instance_id = claimed.instance_id.value();
   const json input = std::move(claimed.input);
   const Generation generation = claimed.generation;
   const std::int64_t event_seq = claimed.event_seq;
@@ -160,7 +160,7 @@ void Executor::State::roll_back(const std::string& instance_id, Generation gener
   std::optional<RollbackEnd> end;
   std::optional<Suspended> suspended;
   try {
-    end = coordinator::roll_back(pool, registry, instance_id, generation, lost);
+    end = coordinator::roll_back(pool, registry, InstanceId(instance_id), generation, lost);
   } catch (const Suspended& s) {
     suspended = s;
   } catch (const FencedError& e) {

@@ -142,8 +142,9 @@ bool Replay::due(const RecordedStep& step) const {
 void Replay::check_deadline(const std::string& key) {
   if (claimed_.deadline_in_ms > elapsed().count()) return;
   fail_fatal(key, StepErrorKind::deadline,
-             "instance " + claimed_.instance_id + " exceeded the maximum duration of workflow " +
-                 claimed_.workflow + " in step " + key);
+             "instance " + claimed_.instance_id.value() +
+                 " exceeded the maximum duration of workflow " + claimed_.workflow + " in step " +
+                 key);
 }
 
 void Replay::fail_fatal(const std::string& key, StepErrorKind kind, const std::string& message) {
@@ -158,21 +159,22 @@ void Replay::refused(const std::string& what) {
   fenced_ = true;
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  const auto rows = pg::exec(tx, sql::kGeneration, claimed_.instance_id);
+  const auto rows = pg::exec(tx, sql::kGeneration, claimed_.instance_id.value());
   const std::string now_at = rows.empty() ? "gone" : rows[0][0].as<std::string>();
   throw FencedError(
-      what + " refused: instance " + claimed_.instance_id + " is no longer held at generation " +
-          std::to_string(claimed_.generation.value()) + " (now " + now_at + ")",
-      {{"instance_id", claimed_.instance_id}, {"generation", claimed_.generation.value()}});
+      what + " refused: instance " + claimed_.instance_id.value() +
+          " is no longer held at generation " + std::to_string(claimed_.generation.value()) +
+          " (now " + now_at + ")",
+      {{"instance_id", claimed_.instance_id.value()}, {"generation", claimed_.generation.value()}});
 }
 
 bool Replay::record_step(const std::string& key, StepKind kind, const json& config, StepState state,
                          int attempts, const json& output, const json& error,
                          std::optional<std::int64_t> due_in_ms, std::string_view what,
                          const json& detail) {
-  const std::optional<bool> due =
-      recorder_.record(StepRow{claimed_.instance_id, claimed_.generation, key, kind, config, state,
-                               attempts, output, error, due_in_ms, std::string(what), detail});
+  const std::optional<bool> due = recorder_.record(
+      StepRow{claimed_.instance_id.value(), claimed_.generation, key, kind, config, state, attempts,
+              output, error, due_in_ms, std::string(what), detail});
   if (!due) refused("recording step " + key);
   after_journal_write();
   // Its due time has passed (or it has none) when *due; else it is not consulted again in this
@@ -253,8 +255,8 @@ RunId Replay::spawn(const std::string& key, ledger::DispatchRequest request) {
     }
   }
   check_deadline(key);
-  request.dispatch_key = child_dispatch_key(claimed_.instance_id, key, claimed_.restarts);
-  request.parent_instance = claimed_.instance_id;
+  request.dispatch_key = child_dispatch_key(claimed_.instance_id.value(), key, claimed_.restarts);
+  request.parent_instance = claimed_.instance_id.value();
   const json config = {{"dispatch_key", request.dispatch_key},
                        {"thread_key", request.thread_key},
                        {"requester", request.requester}};

@@ -38,7 +38,7 @@ std::pair<std::string, RecordedStep> recorded_step_from_json(const json& j);
 
 // What a claim hands the replay.
 struct ClaimedInstance {
-  std::string instance_id;
+  InstanceId instance_id{""};
   std::string workflow;
   int version = 0;
   json input;
@@ -64,7 +64,7 @@ class Replay {
 
   // The Step the workflow's run() gets.
   Step& root() { return *root_; }
-  const std::string& instance_id() const { return claimed_.instance_id; }
+  const InstanceId& instance_id() const { return claimed_.instance_id; }
 
   // The step the execution was last in ("" before the first).
   std::string current_step() const;
@@ -146,7 +146,7 @@ class Scope final : public Step {
  public:
   Scope(Replay& replay, std::string prefix) : replay_(replay), prefix_(std::move(prefix)) {}
 
-  const std::string& instance_id() const override { return replay_.instance_id(); }
+  const InstanceId& instance_id() const override { return replay_.instance_id(); }
   json run(std::string_view name, const StepConfig& config,
            const std::function<json(std::stop_token)>& body) override;
   void sleep(std::string_view name, std::chrono::milliseconds duration) override;

@@ -21,14 +21,14 @@ struct Owed {
 
 class Journal {
  public:
-  Journal(pg::Pool& pool, const std::string& instance_id, Generation generation)
+  Journal(pg::Pool& pool, const InstanceId& instance_id, Generation generation)
       : pool_(pool), instance_id_(instance_id), generation_(generation) {}
 
   std::vector<Owed> owed() {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
     std::vector<Owed> out;
-    for (const auto& row : pg::exec(tx, sql::kCompensable, instance_id_)) {
+    for (const auto& row : pg::exec(tx, sql::kCompensable, instance_id_.value())) {
       out.push_back(Owed{
           .step_key = row[0].as<std::string>(),
           .handler = row[1].as<std::string>(),
@@ -52,10 +52,10 @@ class Journal {
     {
       auto conn = pool_.acquire();
       pqxx::nontransaction tx(*conn);
-      rows =
-          pg::exec(tx, sql::kRecordCompensation, instance_id_, generation_.value(), owed.step_key,
-                   owed.handler, std::string(to_string(state)), attempts, pg::nullable(error_text),
-                   pg::nullable(due_text), std::string(what), detail.dump());
+      rows = pg::exec(tx, sql::kRecordCompensation, instance_id_.value(), generation_.value(),
+                      owed.step_key, owed.handler, std::string(to_string(state)), attempts,
+                      pg::nullable(error_text), pg::nullable(due_text), std::string(what),
+                      detail.dump());
     }
     if (rows.empty()) refused("compensating step " + owed.step_key);
     after_journal_write();
@@ -63,14 +63,14 @@ class Journal {
   }
 
   [[noreturn]] void refused(const std::string& what) const {
-    throw FencedError(what + " refused: instance " + instance_id_ +
+    throw FencedError(what + " refused: instance " + instance_id_.value() +
                           " is no longer held at generation " + std::to_string(generation_.value()),
-                      {{"instance_id", instance_id_}, {"generation", generation_.value()}});
+                      {{"instance_id", instance_id_.value()}, {"generation", generation_.value()}});
   }
 
  private:
   pg::Pool& pool_;
-  const std::string& instance_id_;
+  const InstanceId& instance_id_;
   Generation generation_;
 };
 
@@ -85,7 +85,7 @@ json RollbackEnd::to_json() const {
   return j;
 }
 
-RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::string& instance_id,
+RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const InstanceId& instance_id,
                       Generation generation, const std::atomic<bool>& lost) {
   Journal journal(pool, instance_id, generation);
   RollbackEnd end;

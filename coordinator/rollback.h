@@ -26,7 +26,7 @@ struct RollbackEnd {
 // Runs the compensations still owed by instance `instance_id` at `generation`. Throws Suspended
 // when a compensation's next attempt is not due yet, FencedError when the writer lost the
 // instance.
-RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::string& instance_id,
+RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const InstanceId& instance_id,
                       Generation generation, const std::atomic<bool>& lost);
 
 }  // namespace runledger::coordinator

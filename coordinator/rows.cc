@@ -80,7 +80,7 @@ std::optional<std::string> int_text(std::optional<std::int64_t> value) {
 
 Instance instance_from_row(const pqxx::row& row) {
   return Instance{
-      .instance_id = row[0].as<std::string>(),
+      .instance_id = InstanceId(row[0].as<std::string>()),
       .workflow = row[1].as<std::string>(),
       .version = row[2].as<int>(),
       .input = json_from(row[3]),
@@ -115,7 +115,7 @@ StepRecord step_from_row(const pqxx::row& row) {
 
 json to_json(const Instance& i) {
   const auto optional = [](const auto& v) { return v ? json(*v) : json(); };
-  return {{"instance_id", i.instance_id},
+  return {{"instance_id", i.instance_id.value()},
           {"workflow", i.workflow},
           {"version", i.version},
           {"input", i.input},

@@ -28,8 +28,8 @@ void Replay::sleep(const std::string& key, std::optional<std::int64_t> until_uni
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
     const auto rows =
-        pg::exec(tx, sql::kRecordSleep, claimed_.instance_id, claimed_.generation.value(), key,
-                 pg::nullable(until), pg::nullable(duration));
+        pg::exec(tx, sql::kRecordSleep, claimed_.instance_id.value(), claimed_.generation.value(),
+                 key, pg::nullable(until), pg::nullable(duration));
     if (rows[0][0].as<int>() == 0 || rows[0][1].is_null()) refused("sleep " + key);
     is_due = rows[0][1].as<bool>();
   }
@@ -69,9 +69,10 @@ json Replay::wait(const std::string& key, StepKind kind, const json& alternative
   {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
-    const auto rows = pg::exec(tx, sql::kWait, claimed_.instance_id, claimed_.generation.value(),
-                               key, std::string(to_string(kind)), stored.dump(), config.dump(),
-                               config["timeout_ms"].get<std::int64_t>());
+    const auto rows =
+        pg::exec(tx, sql::kWait, claimed_.instance_id.value(), claimed_.generation.value(), key,
+                 std::string(to_string(kind)), stored.dump(), config.dump(),
+                 config["timeout_ms"].get<std::int64_t>());
     if (rows[0][0].as<int>() == 0) refused("wait " + key);
     if (!rows[0][1].is_null()) output = json::parse(rows[0][1].c_str());
   }

@@ -28,7 +28,7 @@ class MockedStep final : public Step {
  public:
   MockedStep(Step& inner, const Mocks& mocks) : inner_(inner), mocks_(mocks) {}
 
-  const std::string& instance_id() const override { return inner_.instance_id(); }
+  const InstanceId& instance_id() const override { return inner_.instance_id(); }
 
   json run(std::string_view name, const StepConfig& config,
            const std::function<json(std::stop_token)>& body) override {
@@ -118,10 +118,10 @@ std::shared_ptr<Workflow> with_mocks(std::shared_ptr<Workflow> workflow, Mocks m
   return std::make_shared<MockedWorkflow>(std::move(workflow), std::move(mocks));
 }
 
-int expire_waits(pg::Pool& pool, const std::string& instance_id, const std::string& step) {
+int expire_waits(pg::Pool& pool, const InstanceId& instance_id, const std::string& step) {
   auto conn = pool.acquire();
   pqxx::nontransaction tx(*conn);
-  return pg::exec(tx, kExpireWaits, instance_id, step)[0][0].as<int>();
+  return pg::exec(tx, kExpireWaits, instance_id.value(), step)[0][0].as<int>();
 }
 
 void install_test_clock(pg::Pool& pool) {

@@ -55,7 +55,7 @@ std::shared_ptr<Workflow> with_mocks(std::shared_ptr<Workflow> workflow, Mocks m
 
 // Returns how many pending waits (wait_for_event or wait_any) of `step` (a name, or a key
 // name#count; inside branches the key's last part) were made due.
-int expire_waits(pg::Pool& pool, const std::string& instance_id, const std::string& step);
+int expire_waits(pg::Pool& pool, const InstanceId& instance_id, const std::string& step);
 
 void install_test_clock(pg::Pool& pool);
 
