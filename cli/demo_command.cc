@@ -13,6 +13,10 @@
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
+<<<<<<< HEAD
+=======
+#include "migrations/migrations.h"
+>>>>>>> c7d14a0
 #include "pg/pg.h"
 #include "ship/ship.h"
 #include "subprocess/subprocess.h"
@@ -26,11 +30,6 @@ using coordinator::json;
 constexpr const char* kMarker = "demo.ship";
 constexpr const char* kThread = "demo";
 constexpr const char* kRequester = "demo-user";
-
-constexpr pg::Statement kHasMarker{"demo_has_marker",
-                                   "SELECT 1 FROM runledger_markers WHERE name = $1"};
-constexpr pg::Statement kSetMarker{
-    "demo_set_marker", "INSERT INTO runledger_markers (name) VALUES ($1) ON CONFLICT DO NOTHING"};
 
 // What happened, from the database: the thread's messages, the instance's history, its children
 // (dispatched, settled steps, ends with their takeovers), in time order.
@@ -78,9 +77,7 @@ fs::path demo_deploy_root(const fs::path& root) {
 
 bool demo_shown(const std::string& url) {
   pg::Pool pool(url, 1);
-  auto conn = pool.acquire();
-  pqxx::nontransaction tx(*conn);
-  return !pg::exec(tx, kHasMarker, std::string(kMarker)).empty();
+  return migrations::marked(pool, kMarker);
 }
 
 void prepare_demo_repository(const fs::path& root) {
@@ -142,8 +139,8 @@ int demo(const Arguments& args) {
     for (const auto& row : pg::exec(tx, kTimeline, std::string(kThread), id.value())) {
       std::printf("%s  %s\n", row[0].c_str(), row[1].c_str());
     }
-    pg::exec(tx, kSetMarker, std::string(kMarker));
   }
+  migrations::mark_once(pool, kMarker);
   std::printf("result: %s %s\n", std::string(coordinator::to_string(instance.status)).c_str(),
               instance.output.dump().c_str());
   std::printf(

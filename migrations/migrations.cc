@@ -9,6 +9,8 @@
 
 #include "digest/digest.h"
 #include "errors/errors.h"
+#include "ids/ids.h"
+#include "migrations/statements.h"
 #include "pg/pg.h"
 
 namespace runledger::migrations {
@@ -20,25 +22,6 @@ struct EmbeddedFile {
 const std::vector<EmbeddedFile>& embedded_files();
 
 namespace {
-
-// The record of applied migrations is the runner's own bookkeeping, so it creates it itself;
-// everything else lives in the numbered files.
-constexpr pg::Statement kCreateRecord{"migrations_create_record", R"sql(
-  CREATE TABLE IF NOT EXISTS runledger_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    sha256     text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now())
-)sql"};
-constexpr pg::Statement kTakeLock{"migrations_lock", "SELECT pg_advisory_lock($1)"};
-constexpr pg::Statement kApplied{
-    "migrations_applied",
-    "SELECT version, name, sha256 FROM runledger_migrations ORDER BY version"};
-constexpr pg::Statement kRecord{
-    "migrations_record",
-    "INSERT INTO runledger_migrations (version, name, sha256) VALUES ($1, $2, $3)"};
-constexpr pg::Statement kRecordExists{"migrations_record_exists",
-                                      "SELECT to_regclass('runledger_migrations') IS NOT NULL"};
 
 int parse_version(std::string_view name) {
   int version = 0;
@@ -71,7 +54,7 @@ struct Recorded {
 std::map<int, Recorded> read_record(pqxx::connection& conn) {
   pqxx::nontransaction tx(conn);
   std::map<int, Recorded> out;
-  for (const auto& row : pg::exec(tx, kApplied)) {
+  for (const auto& row : pg::exec(tx, sql::kApplied)) {
     out[row[0].as<int>()] = Recorded{row[1].as<std::string>(), row[2].as<std::string>()};
   }
   return out;
@@ -106,13 +89,13 @@ std::vector<Applied> apply(const std::string& url) {
   pqxx::connection conn(url);
   {
     pqxx::nontransaction tx(conn);
-    pg::exec(tx, kTakeLock, kLock);
+    pg::exec(tx, sql::kTakeLock, kLock);
   }
   // The lock is released when `conn` closes, on every path out of this function.
   std::vector<Applied> done;
   {
     pqxx::nontransaction tx(conn);
-    pg::exec(tx, kCreateRecord);
+    pg::exec(tx, sql::kCreateRecord);
   }
   const auto recorded = read_record(conn);
   check_record(recorded);
@@ -120,7 +103,7 @@ std::vector<Applied> apply(const std::string& url) {
     if (recorded.contains(m.version)) continue;
     pqxx::work tx(conn);
     tx.exec(m.sql);  // the file itself: trusted code shipped in the binary, not a value
-    pg::exec(tx, kRecord, m.version, m.name, m.sha256);
+    pg::exec(tx, sql::kRecord, m.version, m.name, m.sha256);
     tx.commit();
     spdlog::info("applied migration {}", m.name);
     done.push_back({m.version, m.name});
@@ -132,11 +115,25 @@ std::vector<Applied> applied(const std::string& url) {
   pqxx::connection conn(url);
   {
     pqxx::nontransaction tx(conn);
-    if (!pg::exec(tx, kRecordExists)[0][0].as<bool>()) return {};
+    if (!pg::exec(tx, sql::kRecordExists)[0][0].as<bool>()) return {};
   }
   std::vector<Applied> out;
   for (const auto& [version, rec] : read_record(conn)) out.push_back({version, rec.name});
   return out;
+}
+
+bool mark_once(pg::Pool& pool, std::string_view name) {
+  check_key(name, "marker name");
+  auto conn = pool.acquire();
+  pqxx::nontransaction tx(*conn);
+  return !pg::exec(tx, sql::kMarkOnce, std::string(name)).empty();
+}
+
+bool marked(pg::Pool& pool, std::string_view name) {
+  check_key(name, "marker name");
+  auto conn = pool.acquire();
+  pqxx::nontransaction tx(*conn);
+  return !pg::exec(tx, sql::kMarked, std::string(name)).empty();
 }
 
 }  // namespace runledger::migrations

@@ -1,4 +1,5 @@
-// Schema migrations: the numbered files migrations/NNNN_name.sql, compiled into the binary.
+// Schema migrations: the numbered files migrations/NNNN_name.sql, compiled into the binary; and
+// markers, one-time facts about a database (its table, runledger_markers, is this module's).
 //
 // Contract:
 //  - apply() applies every migration the database lacks, in order, each in its own transaction
@@ -9,14 +10,24 @@
 //    know (the database is newer than the code), is a Conflict naming the version: nothing is
 //    applied.
 //  - The schema they make has no way to move the database clock: runledger_now() is now()
-//    (migration 0014). Tests install the movable clock separately (migrations/test_clock/test_clock.h).
+//    (migration 0014). Tests install the movable clock separately
+//    (migrations/test_clock/test_clock.h).
+//  - A marker records that something happened once in this database (e.g. "demo.ship": the
+//    first-start demo was shown). mark_once() returns true for the one call that recorded it,
+//    whichever process made it and however many call at once, and false forever after; marked()
+//    says whether it is recorded. Names are 1-255 bytes of UTF-8 without control characters
+//    (InvalidArgument otherwise). Markers are never removed.
 //
-// Thread-safety: functions are thread-safe; each opens its own connection.
+// Thread-safety: functions are thread-safe; apply() and applied() open their own connection, the
+// marker functions borrow one from the pool.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "pg/pg.h"
 
 namespace runledger::migrations {
 
@@ -44,5 +55,10 @@ std::vector<Applied> apply(const std::string& url);
 
 // Versions recorded as applied in the database, in order.
 std::vector<Applied> applied(const std::string& url);
+
+// Records marker `name`; true when this call recorded it, false when it was recorded before.
+bool mark_once(pg::Pool& pool, std::string_view name);
+// Whether marker `name` is recorded.
+bool marked(pg::Pool& pool, std::string_view name);
 
 }  // namespace runledger::migrations
