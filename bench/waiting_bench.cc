@@ -136,9 +136,10 @@ void run(const Args& args, int instances) {
       clients.emplace_back([&] {
         for (int first; (first = next.fetch_add(kBatch)) < instances;) {
           check_interrupted();
-          std::vector<std::pair<std::string, json>> items;
+          std::vector<std::pair<InstanceId, json>> items;
           for (int i = first; i < std::min(first + kBatch, instances); ++i) {
-            items.emplace_back(batch + std::to_string(i), json{{"until_ms", hour_ahead}});
+            items.emplace_back(InstanceId(batch + std::to_string(i)),
+                               json{{"until_ms", hour_ahead}});
           }
           client.create_batch("bench.sleeper", items);
         }

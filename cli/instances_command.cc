@@ -9,6 +9,7 @@
 #include "coordinator/coordinator.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
+#include "paging/paging.h"
 
 namespace runledger::cli {
 namespace {
@@ -62,17 +63,22 @@ int create(const Arguments& args) {
 }
 
 int ls(const Arguments& args) {
-  std::optional<coordinator::InstanceStatus> status;
-  if (const auto name = args.text("--status")) status = coordinator::parse_instance_status(*name);
-  const int limit = args.integer("--limit").value();
+  const auto status_name = args.text("--status");
+  const auto workflow = args.text("--workflow");
+  if (status_name && workflow) throw InvalidArgument("give --status or --workflow, not both");
+  const paging::PageRequest page{args.text("--cursor"), args.integer("--limit").value()};
   Session s;
-  const auto found = s.client.list(status, limit);
+  const auto found = status_name ? s.client.instances_with_status(
+                                       coordinator::parse_instance_status(*status_name), page)
+                     : workflow ? s.client.instances_of_workflow(*workflow, page)
+                                : s.client.instances(page);
   std::printf("%-32s  %-24s  %-10s  %s\n", "INSTANCE", "WORKFLOW@VERSION", "STATUS", "UPDATED");
-  for (const auto& i : found) {
+  for (const auto& i : found.items) {
     const std::string workflow = i.workflow + "@" + std::to_string(i.version);
     std::printf("%-32s  %-24s  %-10s  %s\n", i.instance_id.value().c_str(), workflow.c_str(),
                 std::string(coordinator::to_string(i.status)).c_str(), i.updated_at.c_str());
   }
+  if (found.next_cursor) std::printf("more: --cursor %s\n", found.next_cursor->c_str());
   return 0;
 }
 
@@ -184,11 +190,14 @@ Command instances_command() {
                             .fallback = "{}"}},
                .run = create},
               {.name = "ls",
-               .summary = "list instances: id, workflow@version, status, last update",
+               .summary = "list instances, newest first: id, workflow@version, status, last "
+                          "update; a last line `more: --cursor C` when more follow",
                .options = {{.name = "--status", .value = "S", .help = "only instances in status S"},
+                           {.name = "--workflow", .value = "W", .help = "only instances of W"},
+                           {.name = "--cursor", .value = "C", .help = "the page after cursor C"},
                            {.name = "--limit",
                             .value = "N",
-                            .help = "at most N instances",
+                            .help = "at most N instances (1-1000)",
                             .integer = kPositive,
                             .fallback = "50"}},
                .run = ls},

@@ -34,6 +34,8 @@ int Coordinator::create_batch(std::string_view workflow,
   const Registration& r = registered(registry_, workflow);
   json batch = json::array();
   for (const auto& [instance_id, input] : instances) {
+    // Where the id enters the database: checked even though an InstanceId should be parsed.
+    check_instance_id(instance_id.value(), "instance_id");
     batch.push_back({{"id", instance_id.value()}, {"input", input}});
   }
   auto conn = pool_.acquire();
@@ -45,6 +47,7 @@ int Coordinator::create_batch(std::string_view workflow,
 
 Created Coordinator::create(std::string_view workflow, const InstanceId& instance_id,
                             const json& input) {
+  check_instance_id(instance_id.value(), "instance_id");
   const Registration* r = &registered(registry_, workflow);
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
@@ -90,17 +93,62 @@ Instance Coordinator::get(const InstanceId& instance_id) {
   return instance_from_row(rows[0]);
 }
 
-std::vector<Instance> Coordinator::list(std::optional<InstanceStatus> status, int limit) {
-  if (limit < 1) throw InvalidArgument("limit must be positive", {{"field", "limit"}});
-  auto conn = pool_.acquire();
-  pqxx::nontransaction tx(*conn);
-  const std::optional<std::string> status_name =
-      status ? std::optional<std::string>(std::string(to_string(*status))) : std::nullopt;
-  std::vector<Instance> out;
-  for (const auto& row : pg::exec(tx, sql::kList, pg::nullable(status_name), limit)) {
-    out.push_back(instance_from_row(row));
+namespace {
+
+bool is_instance_id(std::string_view id) {
+  try {
+    check_instance_id(id, "cursor");
+    return true;
+  } catch (const InvalidArgument&) {
+    return false;
   }
-  return out;
+}
+
+// Each listing's cursors are its own (paging/paging.h).
+constexpr paging::Listing kAllInstances{"instances", true, is_instance_id};
+constexpr paging::Listing kInstancesWithStatus{"instances_with_status", true, is_instance_id};
+constexpr paging::Listing kInstancesOfWorkflow{"instances_of_workflow", true, is_instance_id};
+constexpr paging::Listing kHistory{"instance_history", false, paging::is_integer_id};
+
+// The page of a listing statement's rows; `key` (if any) is its first parameter.
+paging::Page<Instance> instances_page(pg::Pool& pool, const pg::Statement& statement,
+                                      const paging::Listing& listing,
+                                      const std::optional<std::string>& key,
+                                      const paging::PageRequest& page) {
+  const auto after = paging::start_after(listing, page);
+  const std::optional<std::int64_t> at = after ? after->at_us : std::nullopt;
+  const std::optional<std::string> id = after ? std::optional(after->id) : std::nullopt;
+  const std::optional<std::string> at_text = at ? std::optional(std::to_string(*at)) : std::nullopt;
+  auto conn = pool.acquire();
+  pqxx::nontransaction tx(*conn);
+  const pqxx::result rows =
+      key ? pg::exec(tx, statement, *key, pg::nullable(at_text), pg::nullable(id), page.limit + 1)
+          : pg::exec(tx, statement, pg::nullable(at_text), pg::nullable(id), page.limit + 1);
+  return paging::page_of<Instance>(
+      rows, listing, page.limit, [](const pqxx::row& row) { return instance_from_row(row); },
+      [](const pqxx::row& row) {
+        return paging::Position{row["position_at"].as<std::int64_t>(),
+                                row["instance_id"].as<std::string>()};
+      });
+}
+
+}  // namespace
+
+paging::Page<Instance> Coordinator::instances(const paging::PageRequest& page) {
+  return instances_page(pool_, sql::kInstances, kAllInstances, std::nullopt, page);
+}
+
+paging::Page<Instance> Coordinator::instances_with_status(InstanceStatus status,
+                                                          const paging::PageRequest& page) {
+  return instances_page(pool_, sql::kInstancesWithStatus, kInstancesWithStatus,
+                        std::string(to_string(status)), page);
+}
+
+paging::Page<Instance> Coordinator::instances_of_workflow(std::string_view workflow,
+                                                          const paging::PageRequest& page) {
+  check_key(workflow, "workflow");
+  return instances_page(pool_, sql::kInstancesOfWorkflow, kInstancesOfWorkflow,
+                        std::string(workflow), page);
 }
 
 std::vector<StepRecord> Coordinator::steps(const InstanceId& instance_id) {
@@ -113,18 +161,50 @@ std::vector<StepRecord> Coordinator::steps(const InstanceId& instance_id) {
   return out;
 }
 
-std::vector<HistoryEntry> Coordinator::history(const InstanceId& instance_id) {
+paging::Page<HistoryEntry> Coordinator::history(const InstanceId& instance_id,
+                                                const paging::PageRequest& page) {
+  const auto after = paging::start_after(kHistory, page);
   get(instance_id);  // NotFound
+  const std::optional<std::string> after_id = after ? std::optional(after->id) : std::nullopt;
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  std::vector<HistoryEntry> out;
-  for (const auto& row : pg::exec(tx, sql::kHistory, instance_id.value())) {
-    out.push_back(
-        {row[0].as<std::int64_t>(), row[1].as<std::string>(),
-         row[2].is_null() ? std::nullopt : std::optional<std::int64_t>(row[2].as<std::int64_t>()),
-         row[3].as<std::string>(), optional_text(row[4]), json_from(row[5])});
+  const auto rows =
+      pg::exec(tx, sql::kHistory, instance_id.value(), pg::nullable(after_id), page.limit + 1);
+  return paging::page_of<HistoryEntry>(
+      rows, kHistory, page.limit,
+      [](const pqxx::row& row) {
+        return HistoryEntry{row[0].as<std::int64_t>(),
+                            row[1].as<std::string>(),
+                            row[2].is_null()
+                                ? std::nullopt
+                                : std::optional<std::int64_t>(row[2].as<std::int64_t>()),
+                            row[3].as<std::string>(),
+                            optional_text(row[4]),
+                            json_from(row[5])};
+      },
+      [](const pqxx::row& row) {
+        return paging::Position{std::nullopt, row[0].as<std::string>()};
+      });
+}
+
+std::vector<HistoryEntry> Coordinator::history(const InstanceId& instance_id) {
+  return paging::all_pages(
+      [&](const paging::PageRequest& page) { return history(instance_id, page); });
+}
+
+int Coordinator::expire_waits(const InstanceId& instance_id, const std::string& step,
+                              const std::string& by) {
+  check_key(step, "step");
+  check_key(by, "by");
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const int expired =
+      pg::exec(tx, sql::kExpireWaits, instance_id.value(), step, by)[0][0].as<int>();
+  if (expired == 0 && pg::exec(tx, sql::kExists, instance_id.value()).empty()) {
+    throw NotFound("instance " + instance_id.value() + " does not exist",
+                   {{"instance_id", instance_id.value()}});
   }
-  return out;
+  return expired;
 }
 
 namespace {

@@ -76,6 +76,7 @@
 #include "errors/errors.h"
 #include "ids/ids.h"
 #include "ledger/ledger.h"
+#include "paging/paging.h"
 #include "pg/pg.h"
 
 namespace runledger::coordinator {
@@ -355,11 +356,12 @@ class Coordinator {
  public:
   Coordinator(pg::Pool& pool, const Registry& registry);
 
-  // Idempotent on instance_id. InvalidArgument for a workflow not in the registry.
+  // Idempotent on instance_id. InvalidArgument for an id InstanceId::parse would refuse or a
+  // workflow not in the registry.
   Created create(std::string_view workflow, const InstanceId& instance_id, const json& input);
   // Creates up to kMaxBatch instances of one workflow in one statement (one commit), each
   // idempotent on its id like create(); returns how many were new. InvalidArgument (nothing
-  // created) for an unknown workflow or a batch too large.
+  // created) for an id InstanceId::parse would refuse, an unknown workflow, or a batch too large.
   static constexpr std::size_t kMaxBatch = 10'000;
   int create_batch(std::string_view workflow,
                    const std::vector<std::pair<InstanceId, json>>& instances);
@@ -369,9 +371,21 @@ class Coordinator {
   bool send_event(const InstanceId& instance_id, const std::string& type, const json& payload,
                   const std::string& dedupe_key, const std::string& by = "api");
   Instance get(const InstanceId& instance_id);  // NotFound
-  std::vector<Instance> list(std::optional<InstanceStatus> status, int limit);
-  std::vector<StepRecord> steps(const InstanceId& instance_id);
-  std::vector<HistoryEntry> history(const InstanceId& instance_id);
+  // Pages of instances, newest first (created_at, then instance id): all of them, those with a
+  // status, those of a workflow; each one statement an index serves from the cursor on (migration
+  // 0015). InvalidArgument for a cursor another listing made (or none made), or a limit outside
+  // 1-1000 (paging/paging.h).
+  paging::Page<Instance> instances(const paging::PageRequest& page);
+  paging::Page<Instance> instances_with_status(InstanceStatus status,
+                                               const paging::PageRequest& page);
+  paging::Page<Instance> instances_of_workflow(std::string_view workflow,
+                                               const paging::PageRequest& page);
+  // Its steps in record order (an instance has at most Options::max_steps per execution).
+  std::vector<StepRecord> steps(const InstanceId& instance_id);  // NotFound
+  // Its history, oldest first (by entry id), a page at a time; or all of it.
+  paging::Page<HistoryEntry> history(const InstanceId& instance_id,
+                                     const paging::PageRequest& page);  // NotFound
+  std::vector<HistoryEntry> history(const InstanceId& instance_id);     // NotFound
 
   // Operator actions, each recorded in the history with `by`. Each takes the instance away from
   // an executor holding it (its next write is refused). NotFound for an unknown instance;
@@ -389,6 +403,11 @@ class Coordinator {
   // discarded. NotFound when the instance has no such step; Conflict when a step before it was
   // compensated (its effect is undone: restart from that step or earlier).
   int restart(const InstanceId& instance_id, const std::string& step_key, const std::string& by);
+  // Times out the instance's pending waits named `step` (a name, or a key name#count, within any
+  // branch) now: its next replay takes their timeout path (an event already buffered for one is
+  // still taken, as at a real timeout). History: "waits expired". Returns how many; NotFound for
+  // an unknown instance.
+  int expire_waits(const InstanceId& instance_id, const std::string& step, const std::string& by);
 
  private:
   pg::Pool& pool_;

@@ -8,8 +8,9 @@
 //    mocked error as a NonRetryable, is recorded exactly as a body's would be (same key, config
 //    and compensation), so replays, restarts and rollbacks behave as in production. Other steps
 //    pass through unchanged, branches of all() included.
-//  - expire_waits() makes an instance's pending waits of a name or key due now: its next replay
-//    times it out (an event already buffered for it is still taken, as at a real timeout).
+//  - expire_waits() is Coordinator::expire_waits() by "test": an instance's pending waits of a
+//    name or key due now, so its next replay times them out (an event already buffered for one
+//    is still taken, as at a real timeout).
 //  - install_test_clock() installs the movable test clock into the database (migrations/
 //    test_clock.h): runledger_now() then adds a skew that move_clock() raises. Never on a
 //    production database: production's runledger_now() is plain now() (migration 0014), and

@@ -124,18 +124,19 @@ TEST_CASE(
   CoordinatorFixture f;
   std::vector<std::string> order;
   f.add("a", [&](const json&, coordinator::Step& step) {
-    order.push_back(step.instance_id());
+    order.push_back(step.instance_id().value());
     return json(1);
   });
   f.add("b", [&](const json&, coordinator::Step& step) {
-    order.push_back(step.instance_id());
+    order.push_back(step.instance_id().value());
     return json(1);
   });
   f.add("elsewhere", [](const json&, coordinator::Step&) { return json(1); });
   // Due instances of a workflow this executor does not run come first: never claimed, not in
   // the way.
-  std::vector<std::pair<std::string, json>> stranded;
-  for (int i = 0; i < 200; ++i) stranded.emplace_back("x-" + std::to_string(i), json::object());
+  std::vector<std::pair<InstanceId, json>> stranded;
+  for (int i = 0; i < 200; ++i)
+    stranded.emplace_back(InstanceId("x-" + std::to_string(i)), json::object());
   CHECK(f.client().create_batch("elsewhere", stranded) == 200);
   CHECK(f.client().create_batch("elsewhere", stranded) == 0);  // idempotent on the ids
   f.create("b", "b-1");
@@ -150,6 +151,6 @@ TEST_CASE(
   }
   CHECK(order == std::vector<std::string>{"b-1", "a-1", "b-2"});
   CHECK(f.status("x-0") == InstanceStatus::queued);
-  CHECK_THROWS_AS(f.client().create_batch("elsewhere", {{"bad id", json::object()}}),
+  CHECK_THROWS_AS(f.client().create_batch("elsewhere", {{InstanceId("bad id"), json::object()}}),
                   InvalidArgument);
 }
