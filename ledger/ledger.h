@@ -16,6 +16,9 @@
 //    run-finished event into wf_events in the same transaction and NOTIFYs channel
 //    `runledger_wf_events` with the instance id (invariant 6; done by a trigger, see
 //    migrations/0001_ledger.sql). The event's dedupe key is "run-finished:<run_id>".
+//  - Reads page newest first (paging/paging.h): runs_with_status(), runs_in_thread() and
+//    runs_of_requester() list runs by created_at, ties broken by run id, each one statement that
+//    an index of migration 0015 serves from the cursor on.
 //  - No transaction stays open across anything but database work.
 //  - Expected outcomes are thrown as runledger::Error subclasses (errors/errors.h).
 //
@@ -33,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ids/ids.h"
+#include "paging/paging.h"
 #include "pg/pg.h"
 
 namespace runledger::ledger {
@@ -127,6 +131,11 @@ struct RunFilter {
   int limit = 100;  // newest first; 1-1000
 };
 
+struct StatusCount {
+  RunStatus status;
+  std::int64_t runs;
+};
+
 class Ledger {
  public:
   Ledger(pg::Pool& pool, Options options = {});
@@ -173,6 +182,15 @@ class Ledger {
   Run get(const RunId& run);
   std::vector<Run> list(const RunFilter& filter);
 
+  // Pages of runs, newest first (created_at, then run id). InvalidArgument for a cursor another
+  // listing made (or none made), a limit outside 1-1000, or a thread key or requester that no
+  // dispatch accepts.
+  paging::Page<Run> runs_with_status(RunStatus status, const paging::PageRequest& page);
+  paging::Page<Run> runs_in_thread(std::string_view thread_key, const paging::PageRequest& page);
+  paging::Page<Run> runs_of_requester(std::string_view requester, const paging::PageRequest& page);
+  // How many runs have each status, for the statuses some run has, in the order of RunStatus.
+  std::vector<StatusCount> count_by_status();
+
   // Deletes terminal runs that finished more than Options::retention ago, in batches; returns
   // how many it deleted.
   std::int64_t sweep_retention();
@@ -181,6 +199,8 @@ class Ledger {
 
  private:
   int lock_parent_and_check_fan_out(pqxx::work& tx, const DispatchRequest& request) const;
+  paging::Page<Run> runs_page(const pg::Statement& statement, const paging::Listing& listing,
+                              const std::string& key, const paging::PageRequest& page);
 
   pg::Pool& pool_;
   Options options_;

@@ -1,10 +1,20 @@
 // Reads and operator actions: not fenced by a generation, since they are not an owner's.
+#include <algorithm>
+
 #include "errors/errors.h"
 #include "ledger/ledger.h"
 #include "ledger/run_row.h"
 #include "ledger/statements.h"
 
 namespace runledger::ledger {
+namespace {
+
+// One listing per key: a cursor of one is refused by the others.
+constexpr paging::Listing kRunsWithStatusListing{"runs_with_status", true, is_uuid};
+constexpr paging::Listing kRunsInThreadListing{"runs_in_thread", true, is_uuid};
+constexpr paging::Listing kRunsOfRequesterListing{"runs_of_requester", true, is_uuid};
+
+}  // namespace
 
 void Ledger::cancel(const RunId& run, std::string_view by) {
   {
@@ -43,6 +53,52 @@ std::vector<Run> Ledger::list(const RunFilter& filter) {
                 pg::nullable(parent_run), pg::nullable(filter.parent_instance), filter.limit)) {
     out.push_back(run_from_row(row));
   }
+  return out;
+}
+
+paging::Page<Run> Ledger::runs_page(const pg::Statement& statement, const paging::Listing& listing,
+                                    const std::string& key, const paging::PageRequest& page) {
+  const auto after = paging::start_after(listing, page);
+  std::optional<std::string> after_at, after_run;
+  if (after) {
+    after_at = std::to_string(*after->at_us);
+    after_run = after->id;
+  }
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows =
+      pg::exec(tx, statement, key, pg::nullable(after_at), pg::nullable(after_run), page.limit + 1);
+  return paging::page_of<Run>(rows, listing, page.limit, run_from_row, [](const pqxx::row& row) {
+    return paging::Position{row["position_at"].as<std::int64_t>(), row["run_id"].as<std::string>()};
+  });
+}
+
+paging::Page<Run> Ledger::runs_with_status(RunStatus status, const paging::PageRequest& page) {
+  return runs_page(sql::kRunsWithStatus, kRunsWithStatusListing, std::string(to_string(status)),
+                   page);
+}
+
+paging::Page<Run> Ledger::runs_in_thread(std::string_view thread_key,
+                                         const paging::PageRequest& page) {
+  check_key(thread_key, "thread_key");
+  return runs_page(sql::kRunsInThread, kRunsInThreadListing, std::string(thread_key), page);
+}
+
+paging::Page<Run> Ledger::runs_of_requester(std::string_view requester,
+                                            const paging::PageRequest& page) {
+  check_key(requester, "requester");
+  return runs_page(sql::kRunsOfRequester, kRunsOfRequesterListing, std::string(requester), page);
+}
+
+std::vector<StatusCount> Ledger::count_by_status() {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  std::vector<StatusCount> out;
+  for (const auto& row : pg::exec(tx, sql::kCountByStatus)) {
+    out.push_back({parse_run_status(row[0].as<std::string>()), row[1].as<std::int64_t>()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const StatusCount& a, const StatusCount& b) { return a.status < b.status; });
   return out;
 }
 

@@ -167,6 +167,33 @@ inline constexpr pg::Statement kListRuns{"ledger_list_runs", "SELECT " RUNLEDGER
   LIMIT $5
 )sql"};
 
+// Pages of runs newest first, by one key: $1 the key's value; $2, $3 the position of the previous
+// page's last row (microseconds since the epoch, run id), NULL for the first page; $4 the rows to
+// fetch (the page's limit + 1). With the key in front of live_runs_by_<key>_created (migration
+// 0015), the row comparison is the index condition: one backward index scan from the position,
+// no sort, whatever the plan's parameters (tests/ledger/reads_test.cc checks the generic plan).
+// position_at is what the next page's cursor carries.
+#define RUNLEDGER_RUNS_PAGE(KEY)                                                           \
+  "SELECT " RUNLEDGER_RUN_COLUMNS                                                          \
+  ", (extract(epoch FROM created_at) * 1000000)::bigint AS position_at FROM live_runs "    \
+  "WHERE " KEY                                                                             \
+  " = $1 AND (created_at, run_id) < ("                                                     \
+  "  coalesce('epoch'::timestamptz + $2::bigint * interval '1 microsecond', 'infinity'), " \
+  "  coalesce($3::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff')) "                         \
+  "ORDER BY created_at DESC, run_id DESC LIMIT $4"
+
+inline constexpr pg::Statement kRunsWithStatus{"ledger_runs_with_status",
+                                               RUNLEDGER_RUNS_PAGE("status")};
+inline constexpr pg::Statement kRunsInThread{"ledger_runs_in_thread",
+                                             RUNLEDGER_RUNS_PAGE("thread_key")};
+inline constexpr pg::Statement kRunsOfRequester{"ledger_runs_of_requester",
+                                                RUNLEDGER_RUNS_PAGE("requester")};
+
+// A scan of the whole table: retention keeps it to a week of runs, and the service asks once a
+// minute.
+inline constexpr pg::Statement kCountByStatus{
+    "ledger_count_by_status", "SELECT status, count(*) FROM live_runs GROUP BY status"};
+
 // Children keep their rows (their parent_run_id foreign key is SET NULL); the run's steps and
 // transcript entries go in the same statement (migration 0013's trigger).
 inline constexpr pg::Statement kSweepBatch{"ledger_sweep_batch", R"sql(
@@ -176,6 +203,7 @@ inline constexpr pg::Statement kSweepBatch{"ledger_sweep_batch", R"sql(
     LIMIT $2)
 )sql"};
 
+#undef RUNLEDGER_RUNS_PAGE
 #undef RUNLEDGER_LEASE_END
 #undef RUNLEDGER_CLAIM_PICKED
 #undef RUNLEDGER_RUN_COLUMNS
