@@ -13,10 +13,7 @@
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
-<<<<<<< HEAD
-=======
 #include "migrations/migrations.h"
->>>>>>> c7d14a0
 #include "pg/pg.h"
 #include "ship/ship.h"
 #include "subprocess/subprocess.h"
