@@ -1,5 +1,5 @@
-// The command-line parser (cli/arguments/arguments.h) on its own: what it accepts, what it refuses and how
-// it says so, and the usage it writes from the declarations.
+// The command-line parser (cli/arguments/arguments.h) on its own: what it accepts, what it refuses
+// and how it says so, and the usage it writes from the declarations.
 #include <catch2/catch.hpp>
 
 #include <climits>

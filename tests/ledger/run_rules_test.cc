@@ -1,6 +1,6 @@
 // The rules of a live_runs row (migration 0012 moved them from CHECK constraints to a trigger on
-// the columns they govern) and the test clock (migrations/test_clock/test_clock.h; a production database has
-// none: tests/migrations).
+// the columns they govern) and the test clock (migrations/test_clock/test_clock.h; a production
+// database has none: tests/migrations).
 #include "tests/ledger/ledger_fixture.h"
 
 using namespace runledger;

@@ -1,5 +1,5 @@
-// The movable test clock (migrations/test_clock/test_clock.h): only into a test database migrated by this
-// build, installed again without losing the time moved, and never silently stuck.
+// The movable test clock (migrations/test_clock/test_clock.h): only into a test database migrated
+// by this build, installed again without losing the time moved, and never silently stuck.
 #include <catch2/catch.hpp>
 
 #include "errors/errors.h"

@@ -1,5 +1,6 @@
 // A fresh, migrated database per test, cloned from the template the test run prepared: with the
-// test clock (migrations/test_clock/test_clock.h), so its runledger_now() moves with advance_clock().
+// test clock (migrations/test_clock/test_clock.h), so its runledger_now() moves with
+// advance_clock().
 //
 // The cluster comes from RUNLEDGER_TEST_DATABASE_URL (set by `test_cluster run -- ctest ...`,
 // which is what `./dev test` runs); without it the first TestDatabase in a process starts a
