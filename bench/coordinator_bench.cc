@@ -112,7 +112,7 @@ struct Figures {
 
 double sequential(const std::string& url, coordinator::Coordinator& client,
                   const coordinator::Registry& r) {
-  client.create("bench.steps", "seq-" + random_uuid(), {{"steps", kSequentialSteps}});
+  client.create("bench.steps", InstanceId("seq-" + random_uuid()), {{"steps", kSequentialSteps}});
   coordinator::Executor executor(url, r, "bench-seq");
   const auto start = Clock::now();
   if (!executor.run_one()) throw std::runtime_error("the sequential instance was not claimed");
@@ -126,7 +126,7 @@ double parallel(const std::string& url, coordinator::Coordinator& client,
   options.threads = kParallelThreads;
   coordinator::Executor executor(url, r, "bench-par", options);
   for (int i = 0; i < kParallelInstances; ++i) {
-    client.create("bench.steps", "par-" + batch + "-" + std::to_string(i),
+    client.create("bench.steps", InstanceId("par-" + batch + "-" + std::to_string(i)),
                   {{"steps", kParallelSteps}});
   }
   const auto start = Clock::now();
@@ -163,7 +163,8 @@ Latencies create_to_first_step(const std::string& url, coordinator::Coordinator&
   // The creation's own cost, with nobody woken by it: instances of a workflow no executor runs.
   for (int i = 0; i < kLatencySamples; ++i) {
     const std::int64_t created = monotonic_ns();
-    client.create("bench.unclaimed", "alone-" + batch + "-" + std::to_string(i), json::object());
+    client.create("bench.unclaimed", InstanceId("alone-" + batch + "-" + std::to_string(i)),
+                  json::object());
     out.create_alone_ms.push_back(static_cast<double>(monotonic_ns() - created) / 1e6);
     std::this_thread::sleep_for(5ms);
   }
@@ -173,13 +174,13 @@ Latencies create_to_first_step(const std::string& url, coordinator::Coordinator&
     check_interrupted();
     const std::string id = "lat-" + batch + "-" + std::to_string(i);
     const std::int64_t created = monotonic_ns();
-    client.create("bench.first-step", id, json::object());
+    client.create("bench.first-step", InstanceId(id), json::object());
     out.create_ms.push_back(static_cast<double>(monotonic_ns() - created) / 1e6);
     // Not polled meanwhile: on 2 cores a poll every few ms competes with the executor it
     // measures. The body's clock reading is the measurement; the poll only collects it.
     std::this_thread::sleep_for(15ms);
     for (;;) {
-      const auto instance = client.get(id);
+      const auto instance = client.get(InstanceId(id));
       if (instance.status == coordinator::InstanceStatus::complete) {
         out.total_ms.push_back(static_cast<double>(instance.output.get<std::int64_t>() - created) /
                                1e6);

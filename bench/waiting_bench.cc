@@ -136,9 +136,10 @@ void run(const Args& args, int instances) {
       clients.emplace_back([&] {
         for (int first; (first = next.fetch_add(kBatch)) < instances;) {
           check_interrupted();
-          std::vector<std::pair<std::string, json>> items;
+          std::vector<std::pair<InstanceId, json>> items;
           for (int i = first; i < std::min(first + kBatch, instances); ++i) {
-            items.emplace_back(batch + std::to_string(i), json{{"until_ms", hour_ahead}});
+            items.emplace_back(InstanceId(batch + std::to_string(i)),
+                               json{{"until_ms", hour_ahead}});
           }
           client.create_batch("bench.sleeper", items);
         }
@@ -162,10 +163,10 @@ void run(const Args& args, int instances) {
     check_interrupted();
     const std::string id = "wake-" + batch + std::to_string(i);
     const std::int64_t until = db_now_ms(db) + 1500;
-    client.create("bench.sleeper", id, {{"until_ms", until}});
+    client.create("bench.sleeper", InstanceId(id), {{"until_ms", until}});
     for (;;) {
       std::this_thread::sleep_for(50ms);
-      const auto instance = client.get(id);
+      const auto instance = client.get(InstanceId(id));
       if (instance.status == coordinator::InstanceStatus::complete) {
         f.wake_ms.push_back(
             static_cast<double>(instance.output.get<std::int64_t>() - until * 1000) / 1e3);

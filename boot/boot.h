@@ -1,5 +1,5 @@
 // A bot process's life around its runs: slot, boot-time reclaim, heartbeats, self-fencing and
-// the SIGTERM handoff (DESIGN invariants 7 and 8).
+// the SIGTERM handoff (docs/design.md, invariants 7 and 8).
 //
 // Contract:
 //  - A process has a slot name (configured) and mints a fresh incarnation id at each start. It

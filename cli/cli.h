@@ -1,5 +1,5 @@
-// The runledger command line: one executable, one Command (cli/arguments/arguments.h) per command, each
-// declared next to the function that runs it. Private to cli/.
+// The runledger command line: one executable, one Command (cli/arguments/arguments.h) per command,
+// each declared next to the function that runs it. Private to cli/.
 #pragma once
 
 #include <filesystem>
@@ -36,7 +36,7 @@ bool demo_shown(const std::string& database_url);
 void prepare_demo_repository(const std::filesystem::path& root);
 
 // DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws
-// std::runtime_error saying how to get one when there is neither.
+// InvalidArgument saying how to get one when there is neither.
 std::string database_url();
 
 }  // namespace runledger::cli

@@ -11,9 +11,9 @@
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
-#include "ship/ship.h"
 #include "failpoint/failpoint.h"
 #include "migrations/migrations.h"
+#include "ship/ship.h"
 
 namespace runledger::cli {
 namespace {

@@ -1,9 +1,9 @@
 #include <filesystem>
 #include <fstream>
-#include <stdexcept>
 
 #include "cli/cli.h"
 #include "cluster/cluster.h"
+#include "errors/errors.h"
 
 namespace runledger::cli {
 
@@ -13,7 +13,7 @@ std::string database_url() {
   std::ifstream in(file);
   std::string url;
   if (in && std::getline(in, url) && !url.empty()) return url;
-  throw std::runtime_error(
+  throw InvalidArgument(
       "no database: set DATABASE_URL, or start `runledger up` (./dev up) in "
       "this directory first");
 }

@@ -110,7 +110,7 @@ int demo(const Arguments& args) {
   policy.grant(kRequester, "agent:run:review");
   const auto registry = builtin_workflows();
   coordinator::Coordinator client(pool, registry);
-  const std::string id = ship::ship_instance_id(kThread, "first-start");
+  const InstanceId id = ship::ship_instance_id(kThread, "first-start");
   client.create("ship", id,
                 {{"thread", kThread},
                  {"message", "first-start"},
@@ -120,7 +120,7 @@ int demo(const Arguments& args) {
   spdlog::info(
       "demo: shipping a chat request (instance {}); bot-1 will be killed with SIGKILL "
       "right after its push and restarted",
-      id);
+      id.value());
   const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   coordinator::Instance instance = client.get(id);
   while (instance.status != coordinator::InstanceStatus::complete &&
@@ -133,7 +133,7 @@ int demo(const Arguments& args) {
   {
     auto conn = pool.acquire();
     pqxx::nontransaction tx(*conn);
-    for (const auto& row : pg::exec(tx, kTimeline, std::string(kThread), id)) {
+    for (const auto& row : pg::exec(tx, kTimeline, std::string(kThread), id.value())) {
       std::printf("%s  %s\n", row[0].c_str(), row[1].c_str());
     }
   }
@@ -143,7 +143,7 @@ int demo(const Arguments& args) {
   std::printf(
       "see also: runledger threads show %s | runledger instances history %s | runledger runs "
       "ls\n\n",
-      kThread, id.c_str());
+      kThread, id.value().c_str());
   std::fflush(stdout);
   return instance.status == coordinator::InstanceStatus::complete ? 0 : 1;
 }

@@ -9,6 +9,7 @@
 #include "coordinator/coordinator.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
+#include "paging/paging.h"
 
 namespace runledger::cli {
 namespace {
@@ -28,8 +29,8 @@ json parse_json(const std::string& text, const std::string& name) {
 
 json step_json(const coordinator::StepRecord& s) {
   return {{"step_key", s.step_key},
-          {"kind", s.kind},
-          {"state", s.state},
+          {"kind", to_string(s.kind)},
+          {"state", to_string(s.state)},
           {"attempts", s.attempts},
           {"config", s.config},
           {"output", s.output},
@@ -50,7 +51,7 @@ struct Session {
 
 int create(const Arguments& args) {
   const std::string workflow = args.value("--workflow");
-  const std::string id = args.value("--id");
+  const auto id = InstanceId::parse(args.value("--id"), "--id");
   const auto text = args.text("--input");
   const json input = text ? parse_json(*text, "--input") : json::object();
   Session s;
@@ -62,22 +63,27 @@ int create(const Arguments& args) {
 }
 
 int ls(const Arguments& args) {
-  std::optional<coordinator::InstanceStatus> status;
-  if (const auto name = args.text("--status")) status = coordinator::parse_instance_status(*name);
-  const int limit = args.integer("--limit").value();
+  const auto status_name = args.text("--status");
+  const auto workflow = args.text("--workflow");
+  if (status_name && workflow) throw InvalidArgument("give --status or --workflow, not both");
+  const paging::PageRequest page{args.text("--cursor"), args.integer("--limit").value()};
   Session s;
-  const auto found = s.client.list(status, limit);
+  const auto found = status_name ? s.client.instances_with_status(
+                                       coordinator::parse_instance_status(*status_name), page)
+                     : workflow ? s.client.instances_of_workflow(*workflow, page)
+                                : s.client.instances(page);
   std::printf("%-32s  %-24s  %-10s  %s\n", "INSTANCE", "WORKFLOW@VERSION", "STATUS", "UPDATED");
-  for (const auto& i : found) {
+  for (const auto& i : found.items) {
     const std::string workflow = i.workflow + "@" + std::to_string(i.version);
-    std::printf("%-32s  %-24s  %-10s  %s\n", i.instance_id.c_str(), workflow.c_str(),
+    std::printf("%-32s  %-24s  %-10s  %s\n", i.instance_id.value().c_str(), workflow.c_str(),
                 std::string(coordinator::to_string(i.status)).c_str(), i.updated_at.c_str());
   }
+  if (found.next_cursor) std::printf("more: --cursor %s\n", found.next_cursor->c_str());
   return 0;
 }
 
 int show(const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   Session s;
   json out = coordinator::to_json(s.client.get(id));
   json steps = json::array();
@@ -89,7 +95,7 @@ int show(const Arguments& args) {
 
 int history(const Arguments& args) {
   Session s;
-  const auto entries = s.client.history(args.positional("ID"));
+  const auto entries = s.client.history(InstanceId::parse(args.positional("ID"), "ID"));
   std::printf("%-29s  %4s  %-16s  %-16s  %s\n", "AT", "GEN", "WHAT", "STEP", "DETAIL");
   for (const auto& h : entries) {
     std::printf("%-29s  %4s  %-16s  %-16s  %s\n", h.at.c_str(),
@@ -101,7 +107,7 @@ int history(const Arguments& args) {
 }
 
 int send_event(const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   const std::string type = args.value("--type");
   const auto text = args.text("--payload");
   const json payload = text ? parse_json(*text, "--payload") : json::object();
@@ -111,13 +117,13 @@ int send_event(const Arguments& args) {
   const std::string dedupe_key = args.text("--dedupe-key").value_or(random_uuid());
   Session s;
   const bool is_new = s.client.send_event(id, type, payload, dedupe_key, args.value("--by"));
-  print({{"instance_id", id}, {"type", type}, {"dedupe_key", dedupe_key}, {"new", is_new}});
+  print({{"instance_id", id.value()}, {"type", type}, {"dedupe_key", dedupe_key}, {"new", is_new}});
   return 0;
 }
 
 // pause, resume and terminate: an operator action, then the instance.
 int operator_action(const std::string& verb, const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   const std::string by = args.value("--by");
   Session s;
   if (verb == "pause") s.client.pause(id, by);
@@ -128,7 +134,7 @@ int operator_action(const std::string& verb, const Arguments& args) {
 }
 
 int restart(const Arguments& args) {
-  const std::string& id = args.positional("ID");
+  const auto id = InstanceId::parse(args.positional("ID"), "ID");
   Session s;
   const int discarded = s.client.restart(id, args.value("--step"), args.value("--by"));
   json out = coordinator::to_json(s.client.get(id));
@@ -184,11 +190,14 @@ Command instances_command() {
                             .fallback = "{}"}},
                .run = create},
               {.name = "ls",
-               .summary = "list instances: id, workflow@version, status, last update",
+               .summary = "list instances, newest first: id, workflow@version, status, last "
+                          "update; a last line `more: --cursor C` when more follow",
                .options = {{.name = "--status", .value = "S", .help = "only instances in status S"},
+                           {.name = "--workflow", .value = "W", .help = "only instances of W"},
+                           {.name = "--cursor", .value = "C", .help = "the page after cursor C"},
                            {.name = "--limit",
                             .value = "N",
-                            .help = "at most N instances",
+                            .help = "at most N instances (1-1000)",
                             .integer = kPositive,
                             .fallback = "50"}},
                .run = ls},

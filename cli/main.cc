@@ -20,7 +20,8 @@ Command program() {
           "Commands other than `up` use DATABASE_URL, or the database of a running "
           "`runledger up` started in the current directory.\n\n"
           "Exit codes: 0 done, 2 invalid argument, 3 not found, 4 conflict, 5 fenced, "
-          "6 budget exhausted, 7 unavailable, 1 anything else.",
+          "6 budget exhausted, 7 unavailable, 8 step failed, 9 non-deterministic workflow, 1 "
+          "anything else.",
   };
 }
 
@@ -43,6 +44,10 @@ int exit_code(runledger::ErrorCode code) {
       return 6;
     case runledger::ErrorCode::unavailable:
       return 7;
+    case runledger::ErrorCode::step_failed:
+      return 8;
+    case runledger::ErrorCode::nondeterministic:
+      return 9;
   }
   return 1;
 }

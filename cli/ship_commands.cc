@@ -11,8 +11,8 @@
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
-#include "ship/ship.h"
 #include "errors/errors.h"
+#include "ship/ship.h"
 
 namespace runledger::cli {
 namespace {

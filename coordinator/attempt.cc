@@ -85,10 +85,10 @@ BodyOutcome run_body(const StepConfig& config, const std::function<json(std::sto
     out.value = body(stop.get_token());
   } catch (const NonRetryable& e) {
     out.failure = e.what();
-    out.kind = "non_retryable";
+    out.kind = StepErrorKind::non_retryable;
   } catch (const std::exception& e) {
     out.failure = e.what();
-    out.kind = "failed";
+    out.kind = StepErrorKind::failed;
   }
   finish();
   if (config.timeout &&
@@ -96,7 +96,7 @@ BodyOutcome run_body(const StepConfig& config, const std::function<json(std::sto
     out.value.reset();
     out.failure = "attempt " + std::to_string(attempt) + " timed out after " +
                   std::to_string(config.timeout->count()) + " ms";
-    out.kind = "timeout";
+    out.kind = StepErrorKind::timeout;
   }
   return out;
 }

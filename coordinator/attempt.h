@@ -21,8 +21,8 @@ std::int64_t retry_delay_ms(const StepConfig& config, int retry);
 
 struct BodyOutcome {
   std::optional<json> value;
-  std::string failure;  // when !value
-  std::string kind;     // failed | non_retryable | timeout
+  std::string failure;                         // when !value
+  StepErrorKind kind = StepErrorKind::failed;  // when !value: failed | non_retryable | timeout
 };
 
 // Runs the body on this thread; a watchdog triggers its stop token at the timeout, and a value

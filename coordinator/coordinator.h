@@ -73,8 +73,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "errors/errors.h"
 #include "ids/ids.h"
 #include "ledger/ledger.h"
+#include "paging/paging.h"
 #include "pg/pg.h"
 
 namespace runledger::coordinator {
@@ -86,39 +88,75 @@ std::string_view to_string(InstanceStatus status);
 InstanceStatus parse_instance_status(std::string_view name);  // throws InvalidArgument
 
 // ---------------------------------------------------------------------------------------------
-// What a workflow's steps throw
+// Steps as recorded
 
-// Thrown by a step body to end its retries at once.
-class NonRetryable : public std::runtime_error {
+// What a step call is; a replayed call of another kind than its record's is non-determinism.
+enum class StepKind { run, sleep, wait, wait_any, spawn };
+std::string_view to_string(StepKind kind);
+StepKind parse_step_kind(std::string_view name);  // throws InvalidArgument
+
+// pending: not final yet (a sleep or wait not due, a run step between retries).
+enum class StepState { pending, succeeded, failed };
+std::string_view to_string(StepState state);
+StepState parse_step_state(std::string_view name);  // throws InvalidArgument
+
+// Why a step ended in its final error: its body's last attempt failed, threw NonRetryable, timed
+// out, or returned too large a value; its wait timed out; or the execution reached the step cap
+// or the instance's deadline in it.
+enum class StepErrorKind {
+  failed,
+  non_retryable,
+  timeout,
+  value_too_large,
+  event_timeout,
+  step_limit,
+  deadline
+};
+std::string_view to_string(StepErrorKind kind);
+StepErrorKind parse_step_error_kind(std::string_view name);  // throws InvalidArgument
+
+// ---------------------------------------------------------------------------------------------
+// What a workflow's steps throw: runledger::Error outcomes (errors/errors.h), so that the CLI and
+// the server map them where they map every other outcome.
+
+// Thrown by a step body to end its retries at once (code step_failed).
+class NonRetryable : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit NonRetryable(const std::string& message) : Error(ErrorCode::step_failed, message) {}
 };
 
 // A step's final error (its attempts exhausted, NonRetryable, its value too large, a wait's
-// timeout), thrown when it happens and re-thrown from the record on every replay.
-class StepError : public std::runtime_error {
+// timeout), thrown when it happens and re-thrown from the record on every replay. Code
+// step_failed; details {"step", "kind"}.
+class StepError : public Error {
  public:
-  StepError(std::string step_key, std::string kind, const std::string& message)
-      : std::runtime_error(message), step_key_(std::move(step_key)), kind_(std::move(kind)) {}
+  StepError(std::string step_key, StepErrorKind kind, const std::string& message)
+      : Error(ErrorCode::step_failed, message,
+              {{"step", step_key}, {"kind", std::string(to_string(kind))}}),
+        step_key_(std::move(step_key)),
+        kind_(kind) {}
   const std::string& step_key() const { return step_key_; }
-  // "failed", "non_retryable", "timeout", "value_too_large", "event_timeout"
-  const std::string& kind() const { return kind_; }
+  StepErrorKind kind() const { return kind_; }
 
  private:
   std::string step_key_;
-  std::string kind_;
+  StepErrorKind kind_;
 };
 
+// A wait's timeout (kind event_timeout).
 class EventTimeout : public StepError {
  public:
-  using StepError::StepError;
+  EventTimeout(std::string step_key, const std::string& message)
+      : StepError(std::move(step_key), StepErrorKind::event_timeout, message) {}
 };
 
 // A replayed call whose kind differs from the step recorded under its key. Ends the instance.
-class NonDeterminism : public std::runtime_error {
+// Code nondeterministic; details {"step"}.
+class NonDeterminism : public Error {
  public:
   NonDeterminism(std::string step_key, const std::string& message)
-      : std::runtime_error(message), step_key_(std::move(step_key)) {}
+      : Error(ErrorCode::nondeterministic, message, {{"step", step_key}}),
+        step_key_(std::move(step_key)) {}
   const std::string& step_key() const { return step_key_; }
 
  private:
@@ -171,7 +209,7 @@ using Branch = std::function<json(Step&)>;
 class Step {
  public:
   virtual ~Step() = default;
-  virtual const std::string& instance_id() const = 0;
+  virtual const InstanceId& instance_id() const = 0;
   // Memoized: the body's value, or its final error.
   virtual json run(std::string_view name, const StepConfig& config,
                    const std::function<json(std::stop_token)>& body) = 0;
@@ -210,7 +248,7 @@ struct Registration {
 
 // What a compensation handler undoes: the step, and the value it recorded.
 struct UndoRequest {
-  const std::string& instance_id;
+  const InstanceId& instance_id;
   const std::string& step_key;  // with instance_id, a key for making the undo idempotent
   const json& output;
   int attempt = 1;
@@ -245,7 +283,7 @@ class Registry {
 // Instances
 
 struct Instance {
-  std::string instance_id;
+  InstanceId instance_id{""};
   std::string workflow;
   int version = 0;
   json input;
@@ -272,8 +310,8 @@ struct Created {
 
 struct StepRecord {
   std::string step_key;
-  std::string kind;   // run | sleep | wait | spawn
-  std::string state;  // pending | succeeded | failed
+  StepKind kind = StepKind::run;
+  StepState state = StepState::pending;
   int attempts = 0;
   json config;
   json output;
@@ -318,41 +356,58 @@ class Coordinator {
  public:
   Coordinator(pg::Pool& pool, const Registry& registry);
 
-  // Idempotent on instance_id (1-255 characters of [A-Za-z0-9_.:-]). InvalidArgument for a bad
-  // id or a workflow not in the registry.
-  Created create(std::string_view workflow, const std::string& instance_id, const json& input);
+  // Idempotent on instance_id. InvalidArgument for an id InstanceId::parse would refuse or a
+  // workflow not in the registry.
+  Created create(std::string_view workflow, const InstanceId& instance_id, const json& input);
   // Creates up to kMaxBatch instances of one workflow in one statement (one commit), each
   // idempotent on its id like create(); returns how many were new. InvalidArgument (nothing
-  // created) for a bad id, an unknown workflow, or a batch too large.
+  // created) for an id InstanceId::parse would refuse, an unknown workflow, or a batch too large.
   static constexpr std::size_t kMaxBatch = 10'000;
   int create_batch(std::string_view workflow,
-                   const std::vector<std::pair<std::string, json>>& instances);
+                   const std::vector<std::pair<InstanceId, json>>& instances);
   // Buffered until a wait takes it; recorded in the history ("event sent") with `by`, who sent
   // it. Idempotent on (instance, dedupe_key): the second send returns false. NotFound for an
   // unknown instance.
-  bool send_event(const std::string& instance_id, const std::string& type, const json& payload,
+  bool send_event(const InstanceId& instance_id, const std::string& type, const json& payload,
                   const std::string& dedupe_key, const std::string& by = "api");
-  Instance get(const std::string& instance_id);  // NotFound
-  std::vector<Instance> list(std::optional<InstanceStatus> status, int limit);
-  std::vector<StepRecord> steps(const std::string& instance_id);
-  std::vector<HistoryEntry> history(const std::string& instance_id);
+  Instance get(const InstanceId& instance_id);  // NotFound
+  // Pages of instances, newest first (created_at, then instance id): all of them, those with a
+  // status, those of a workflow; each one statement an index serves from the cursor on (migration
+  // 0015). InvalidArgument for a cursor another listing made (or none made), or a limit outside
+  // 1-1000 (paging/paging.h).
+  paging::Page<Instance> instances(const paging::PageRequest& page);
+  paging::Page<Instance> instances_with_status(InstanceStatus status,
+                                               const paging::PageRequest& page);
+  paging::Page<Instance> instances_of_workflow(std::string_view workflow,
+                                               const paging::PageRequest& page);
+  // Its steps in record order (an instance has at most Options::max_steps per execution).
+  std::vector<StepRecord> steps(const InstanceId& instance_id);  // NotFound
+  // Its history, oldest first (by entry id), a page at a time; or all of it.
+  paging::Page<HistoryEntry> history(const InstanceId& instance_id,
+                                     const paging::PageRequest& page);  // NotFound
+  std::vector<HistoryEntry> history(const InstanceId& instance_id);     // NotFound
 
   // Operator actions, each recorded in the history with `by`. Each takes the instance away from
   // an executor holding it (its next write is refused). NotFound for an unknown instance;
   // Conflict when its status does not allow the action.
   // queued | running | waiting -> paused.
-  void pause(const std::string& instance_id, const std::string& by);
+  void pause(const InstanceId& instance_id, const std::string& by);
   // paused -> queued (due at once).
-  void resume(const std::string& instance_id, const std::string& by);
+  void resume(const InstanceId& instance_id, const std::string& by);
   // Any unfinished status -> terminated. With rollback, the instance is queued to have the
   // compensations of its succeeded steps run by an executor first, and ends terminated after.
-  void terminate(const std::string& instance_id, const std::string& by, bool rollback = false);
+  void terminate(const InstanceId& instance_id, const std::string& by, bool rollback = false);
   // Discards step `step_key` (name#count) and every step recorded after it, and queues the
   // instance (whatever its status) with a fresh deadline: those steps run again, earlier ones
   // are reused. Spawns after a restart dispatch new children. Returns the number of steps
   // discarded. NotFound when the instance has no such step; Conflict when a step before it was
   // compensated (its effect is undone: restart from that step or earlier).
-  int restart(const std::string& instance_id, const std::string& step_key, const std::string& by);
+  int restart(const InstanceId& instance_id, const std::string& step_key, const std::string& by);
+  // Times out the instance's pending waits named `step` (a name, or a key name#count, within any
+  // branch) now: its next replay takes their timeout path (an event already buffered for one is
+  // still taken, as at a real timeout). History: "waits expired". Returns how many; NotFound for
+  // an unknown instance.
+  int expire_waits(const InstanceId& instance_id, const std::string& step, const std::string& by);
 
  private:
   pg::Pool& pool_;

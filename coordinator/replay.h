@@ -22,9 +22,23 @@
 
 namespace runledger::coordinator {
 
+// A step as the claim found it, or as this replay has recorded it since.
+struct RecordedStep {
+  StepKind kind = StepKind::run;
+  StepState state = StepState::pending;
+  int attempts = 0;
+  json config;
+  json output;
+  json error;  // {"message", "kind"} of its last failed attempt or its final error
+  // Due that long after the claim (on the claim's clock); nullopt: no due time (due now).
+  std::optional<std::int64_t> due_in_ms;
+};
+// One element of the claim's step array ({step_key, kind, state, ...}).
+std::pair<std::string, RecordedStep> recorded_step_from_json(const json& j);
+
 // What a claim hands the replay.
 struct ClaimedInstance {
-  std::string instance_id;
+  InstanceId instance_id{""};
   std::string workflow;
   int version = 0;
   json input;
@@ -33,8 +47,7 @@ struct ClaimedInstance {
   int restarts = 0;                 // operator restarts so far: part of keys derived from a step
   std::int64_t deadline_in_ms = 0;  // on the database clock, at the claim
   json rollback;                    // set: run the compensations instead of the workflow
-  // Step key -> {kind, state, attempts, config, output, error, due_in_ms}.
-  std::map<std::string, json> steps;
+  std::map<std::string, RecordedStep> steps;  // by step key
 };
 
 // Thrown through the workflow when it reaches steps that are not due (several, from the branches
@@ -51,7 +64,7 @@ class Replay {
 
   // The Step the workflow's run() gets.
   Step& root() { return *root_; }
-  const std::string& instance_id() const { return claimed_.instance_id; }
+  const InstanceId& instance_id() const { return claimed_.instance_id; }
 
   // The step the execution was last in ("" before the first).
   std::string current_step() const;
@@ -85,8 +98,8 @@ class Replay {
            const std::function<json(std::stop_token)>& body);
   void sleep(const std::string& key, std::optional<std::int64_t> until_unix_ms,
              std::optional<std::int64_t> duration_ms);
-  // kind "wait": the payload; "wait_any": {index, payload}.
-  json wait(const std::string& key, std::string_view kind, const json& alternatives,
+  // kind wait: the payload; wait_any: {index, payload}.
+  json wait(const std::string& key, StepKind kind, const json& alternatives,
             std::int64_t timeout_ms);
   RunId spawn(const std::string& key, ledger::DispatchRequest request);
   std::size_t max_branch_threads() const { return options_.max_branch_threads; }
@@ -94,17 +107,17 @@ class Replay {
  private:
   // The record of `key`, checked to be of `kind`; null when there is none. The pointer stays
   // valid (map nodes do not move) and only the branch owning the key writes it.
-  const json* record(const std::string& key, std::string_view kind);
-  void remember(const std::string& key, json record);
-  bool due(const json& record) const;
+  const RecordedStep* record(const std::string& key, StepKind kind);
+  void remember(const std::string& key, RecordedStep step);
+  bool due(const RecordedStep& step) const;
   void check_deadline(const std::string& key);
-  void replay_sleep(const std::string& key, const json& record);
-  [[noreturn]] void fail_fatal(const std::string& key, const std::string& kind,
+  void replay_sleep(const std::string& key, const RecordedStep& step);
+  [[noreturn]] void fail_fatal(const std::string& key, StepErrorKind kind,
                                const std::string& message);
   // Writes a step's state (through the executor's StepRecorder); returns whether its due time has
   // passed.
-  bool record_step(const std::string& key, std::string_view kind, const json& config,
-                   std::string_view state, int attempts, const json& output, const json& error,
+  bool record_step(const std::string& key, StepKind kind, const json& config, StepState state,
+                   int attempts, const json& output, const json& error,
                    std::optional<std::int64_t> due_in_ms, std::string_view what,
                    const json& detail);
   [[noreturn]] void refused(const std::string& what);
@@ -133,7 +146,7 @@ class Scope final : public Step {
  public:
   Scope(Replay& replay, std::string prefix) : replay_(replay), prefix_(std::move(prefix)) {}
 
-  const std::string& instance_id() const override { return replay_.instance_id(); }
+  const InstanceId& instance_id() const override { return replay_.instance_id(); }
   json run(std::string_view name, const StepConfig& config,
            const std::function<json(std::stop_token)>& body) override;
   void sleep(std::string_view name, std::chrono::milliseconds duration) override;

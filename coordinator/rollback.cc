@@ -14,27 +14,27 @@ struct Owed {
   std::string step_key;
   std::string handler;
   json output;
-  std::optional<std::string> state;
+  std::optional<StepState> state;  // nullopt: no attempt yet
   int attempts = 0;
   std::optional<std::int64_t> due_in_ms;
 };
 
 class Journal {
  public:
-  Journal(pg::Pool& pool, const std::string& instance_id, Generation generation)
+  Journal(pg::Pool& pool, const InstanceId& instance_id, Generation generation)
       : pool_(pool), instance_id_(instance_id), generation_(generation) {}
 
   std::vector<Owed> owed() {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
     std::vector<Owed> out;
-    for (const auto& row : pg::exec(tx, sql::kCompensable, instance_id_)) {
+    for (const auto& row : pg::exec(tx, sql::kCompensable, instance_id_.value())) {
       out.push_back(Owed{
           .step_key = row[0].as<std::string>(),
           .handler = row[1].as<std::string>(),
           .output = json_from(row[2]),
           .state = row[3].is_null() ? std::nullopt
-                                    : std::optional<std::string>(row[3].as<std::string>()),
+                                    : std::optional<StepState>(parse_step_state(row[3].c_str())),
           .attempts = row[4].as<int>(),
           .due_in_ms = row[5].is_null() ? std::nullopt
                                         : std::optional<std::int64_t>(row[5].as<std::int64_t>()),
@@ -44,7 +44,7 @@ class Journal {
   }
 
   // Returns whether the compensation's due time has passed.
-  bool record(const Owed& owed, std::string_view state, int attempts, const json& error,
+  bool record(const Owed& owed, StepState state, int attempts, const json& error,
               std::optional<std::int64_t> due_in_ms, std::string_view what, const json& detail) {
     const auto error_text = json_text(error);
     const auto due_text = int_text(due_in_ms);
@@ -52,10 +52,10 @@ class Journal {
     {
       auto conn = pool_.acquire();
       pqxx::nontransaction tx(*conn);
-      rows =
-          pg::exec(tx, sql::kRecordCompensation, instance_id_, generation_.value(), owed.step_key,
-                   owed.handler, std::string(state), attempts, pg::nullable(error_text),
-                   pg::nullable(due_text), std::string(what), detail.dump());
+      rows = pg::exec(tx, sql::kRecordCompensation, instance_id_.value(), generation_.value(),
+                      owed.step_key, owed.handler, std::string(to_string(state)), attempts,
+                      pg::nullable(error_text), pg::nullable(due_text), std::string(what),
+                      detail.dump());
     }
     if (rows.empty()) refused("compensating step " + owed.step_key);
     after_journal_write();
@@ -63,48 +63,48 @@ class Journal {
   }
 
   [[noreturn]] void refused(const std::string& what) const {
-    throw FencedError(what + " refused: instance " + instance_id_ +
+    throw FencedError(what + " refused: instance " + instance_id_.value() +
                           " is no longer held at generation " + std::to_string(generation_.value()),
-                      {{"instance_id", instance_id_}, {"generation", generation_.value()}});
+                      {{"instance_id", instance_id_.value()}, {"generation", generation_.value()}});
   }
 
  private:
   pg::Pool& pool_;
-  const std::string& instance_id_;
+  const InstanceId& instance_id_;
   Generation generation_;
 };
 
 }  // namespace
 
 json RollbackEnd::to_json() const {
-  json j = {{"state", state}, {"compensated", compensated}};
+  constexpr std::string_view kStates[] = {"complete", "stopped", "failed"};
+  json j = {{"state", kStates[static_cast<int>(state)]}, {"compensated", compensated}};
   if (!message.empty()) j["message"] = message;
   if (step) j["step"] = *step;
   if (handler) j["handler"] = *handler;
   return j;
 }
 
-RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::string& instance_id,
+RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const InstanceId& instance_id,
                       Generation generation, const std::atomic<bool>& lost) {
   Journal journal(pool, instance_id, generation);
   RollbackEnd end;
-  end.state = "complete";
   for (const Owed& owed : journal.owed()) {
-    if (owed.state == "succeeded") {
+    if (owed.state == StepState::succeeded) {
       ++end.compensated;
       continue;
     }
     const Compensation* handler = registry.find_compensation(owed.handler);
     if (!handler) {
-      end.state = "stopped";
+      end.state = RollbackState::stopped;
       end.step = owed.step_key;
       end.handler = owed.handler;
       end.message = "rollback stopped at step " + owed.step_key + ": compensation '" +
                     owed.handler + "' is not registered";
       return end;
     }
-    if (owed.state == "failed") {  // a final failure recorded before a crash
-      end.state = "failed";
+    if (owed.state == StepState::failed) {  // a final failure recorded before a crash
+      end.state = RollbackState::failed;
       end.step = owed.step_key;
       end.handler = owed.handler;
       end.message = "rollback failed at step " + owed.step_key + ": compensation '" + owed.handler +
@@ -125,15 +125,16 @@ RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::strin
       if (lost) journal.refused("compensating step " + owed.step_key);
       const json detail = {{"handler", owed.handler}, {"attempt", attempt}};
       if (outcome.value) {
-        journal.record(owed, "succeeded", attempt, json(), std::nullopt, "compensated", detail);
+        journal.record(owed, StepState::succeeded, attempt, json(), std::nullopt, "compensated",
+                       detail);
         ++end.compensated;
         break;
       }
-      const json error = {{"message", outcome.failure}, {"kind", outcome.kind}};
-      if (outcome.kind == "non_retryable" || attempt > config.retries) {
-        journal.record(owed, "failed", attempt, error, std::nullopt, "compensation failed",
+      const json error = {{"message", outcome.failure}, {"kind", to_string(outcome.kind)}};
+      if (outcome.kind == StepErrorKind::non_retryable || attempt > config.retries) {
+        journal.record(owed, StepState::failed, attempt, error, std::nullopt, "compensation failed",
                        {{"handler", owed.handler}, {"attempt", attempt}, {"error", error}});
-        end.state = "failed";
+        end.state = RollbackState::failed;
         end.step = owed.step_key;
         end.handler = owed.handler;
         end.message = "rollback failed at step " + owed.step_key + ": compensation '" +
@@ -141,12 +142,12 @@ RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::strin
         return end;
       }
       const std::int64_t delay = retry_delay_ms(config, attempt);
-      const bool retry_now =
-          journal.record(owed, "pending", attempt, error, delay, "compensation attempt failed",
-                         {{"handler", owed.handler},
-                          {"attempt", attempt},
-                          {"error", error},
-                          {"retry_in_ms", delay}});
+      const bool retry_now = journal.record(owed, StepState::pending, attempt, error, delay,
+                                            "compensation attempt failed",
+                                            {{"handler", owed.handler},
+                                             {"attempt", attempt},
+                                             {"error", error},
+                                             {"retry_in_ms", delay}});
       if (!retry_now) throw Suspended{{owed.step_key}};
     }
   }

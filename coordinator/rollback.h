@@ -11,9 +11,11 @@
 
 namespace runledger::coordinator {
 
+// stopped: a handler is not registered; failed: a handler's final error.
+enum class RollbackState { complete, stopped, failed };
+
 struct RollbackEnd {
-  std::string
-      state;  // complete | stopped (a handler not registered) | failed (a handler's final error)
+  RollbackState state = RollbackState::complete;
   int compensated = 0;  // compensations that have succeeded, in all executions
   std::string message;  // why it stopped or failed
   std::optional<std::string> step;
@@ -24,7 +26,7 @@ struct RollbackEnd {
 // Runs the compensations still owed by instance `instance_id` at `generation`. Throws Suspended
 // when a compensation's next attempt is not due yet, FencedError when the writer lost the
 // instance.
-RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const std::string& instance_id,
+RollbackEnd roll_back(pg::Pool& pool, const Registry& registry, const InstanceId& instance_id,
                       Generation generation, const std::atomic<bool>& lost);
 
 }  // namespace runledger::coordinator

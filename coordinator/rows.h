@@ -14,6 +14,8 @@ namespace runledger::coordinator {
 
 Instance instance_from_row(const pqxx::row& row);
 StepRecord step_from_row(const pqxx::row& row);
+// A nullable text column.
+std::optional<std::string> optional_text(const pqxx::field& field);
 // A nullable jsonb column.
 json json_from(const pqxx::field& field);
 // A nullable jsonb parameter: null JSON is SQL NULL.

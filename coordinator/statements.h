@@ -52,10 +52,26 @@ inline constexpr pg::Statement kCreateBatch{
 inline constexpr pg::Statement kGet{
     "wf_get", "SELECT " RUNLEDGER_WF_INSTANCE_COLUMNS " FROM wf_instances WHERE instance_id = $1"};
 
-inline constexpr pg::Statement kList{"wf_list",
-                                     "SELECT " RUNLEDGER_WF_INSTANCE_COLUMNS
-                                     " FROM wf_instances WHERE ($1::text IS NULL OR status = $1) "
-                                     "ORDER BY created_at DESC, instance_id LIMIT $2"};
+// Pages of instances newest first: KEY (a condition with its own parameters, or none) and the
+// position of the previous page's last row (AT: microseconds since the epoch, ID: its instance
+// id; both NULL for the first page), LIMIT the rows to fetch (the page's limit + 1). The row
+// comparison is the index condition of wf_instances_by_created or _by_status_created (migration
+// 0015): one backward index scan from the position. position_at is the next cursor's time.
+#define RUNLEDGER_WF_INSTANCES_PAGE(KEY, AT, ID, LIMIT)                                    \
+  "SELECT " RUNLEDGER_WF_INSTANCE_COLUMNS                                                  \
+  ", (extract(epoch FROM created_at) * 1000000)::bigint AS position_at FROM wf_instances " \
+  "WHERE " KEY " (created_at, instance_id) < (coalesce('epoch'::timestamptz + " AT         \
+  "::bigint * interval '1 microsecond', 'infinity'), coalesce(" ID                         \
+  "::text, '')) "                                                                          \
+  "ORDER BY created_at DESC, instance_id DESC LIMIT " LIMIT
+
+inline constexpr pg::Statement kInstances{"wf_instances_page",
+                                          RUNLEDGER_WF_INSTANCES_PAGE("", "$1", "$2", "$3")};
+inline constexpr pg::Statement kInstancesWithStatus{
+    "wf_instances_with_status", RUNLEDGER_WF_INSTANCES_PAGE("status = $1 AND", "$2", "$3", "$4")};
+inline constexpr pg::Statement kInstancesOfWorkflow{
+    "wf_instances_of_workflow", RUNLEDGER_WF_INSTANCES_PAGE("workflow = $1 AND", "$2", "$3", "$4")};
+#undef RUNLEDGER_WF_INSTANCES_PAGE
 
 #define RUNLEDGER_WF_STEP_COLUMNS \
   "step_key, kind, state, attempts, config, output, error, due_at::text, generation"
@@ -64,10 +80,28 @@ inline constexpr pg::Statement kSteps{
     "wf_steps", "SELECT " RUNLEDGER_WF_STEP_COLUMNS
                 " FROM wf_steps WHERE instance_id = $1 ORDER BY created_at, step_key"};
 
+// Oldest first, after entry $2 (NULL: from the start), $3 rows (wf_history_by_instance).
 inline constexpr pg::Statement kHistory{
     "wf_history",
     "SELECT id, at::text, generation, what, step_key, detail FROM wf_history "
-    "WHERE instance_id = $1 ORDER BY id"};
+    "WHERE instance_id = $1 AND id > coalesce($2::bigint, 0) ORDER BY id LIMIT $3"};
+
+// An operator's timeout of pending waits (a name or a key, within branches too): made due now,
+// and the instance with them, so that its next replay times them out.
+inline constexpr pg::Statement kExpireWaits{
+    "wf_expire_waits",
+    "WITH s AS (UPDATE wf_steps SET due_at = runledger_now() "
+    "  WHERE instance_id = $1 AND kind IN ('wait', 'wait_any') AND state = 'pending' "
+    "    AND $2 IN (step_key, regexp_replace(step_key, '^.*/', ''), "
+    "      split_part(regexp_replace(step_key, '^.*/', ''), '#', 1)) "
+    "  RETURNING step_key), "
+    "i AS (UPDATE wf_instances SET wake_at = runledger_now() "
+    "  WHERE instance_id = $1 AND status = 'waiting' AND EXISTS (SELECT 1 FROM s) "
+    "  RETURNING 1), "
+    "h AS (INSERT INTO wf_history (instance_id, what, detail) "
+    "  SELECT $1, 'waits expired', jsonb_build_object('step', $2::text, 'by', $3::text, "
+    "    'waits', (SELECT jsonb_agg(step_key) FROM s)) WHERE EXISTS (SELECT 1 FROM s)) "
+    "SELECT (SELECT count(*) FROM s)"};
 
 // $4 dedupe key, $5 who sent it. Returns the event id; no row when the key was used already.
 inline constexpr pg::Statement kSendEvent{

@@ -98,8 +98,9 @@ void StepRecorder::write_together(const std::vector<Pending*>& batch) {
     {
       auto conn = pool_.acquire();
       pqxx::nontransaction tx(*conn);
-      written = pg::exec(tx, sql::kRecordStep, r.instance_id, r.generation.value(), r.key, r.kind,
-                         r.config.dump(), r.state, r.attempts, pg::nullable(output),
+      written = pg::exec(tx, sql::kRecordStep, r.instance_id, r.generation.value(), r.key,
+                         std::string(to_string(r.kind)), r.config.dump(),
+                         std::string(to_string(r.state)), r.attempts, pg::nullable(output),
                          pg::nullable(error), pg::nullable(due), r.what, r.detail.dump());
     }
     batch[0]->result.reset();
@@ -113,9 +114,9 @@ void StepRecorder::write_together(const std::vector<Pending*>& batch) {
                     {"instance_id", r.instance_id},
                     {"generation", r.generation.value()},
                     {"step_key", r.key},
-                    {"kind", r.kind},
+                    {"kind", to_string(r.kind)},
                     {"config", r.config},
-                    {"state", r.state},
+                    {"state", to_string(r.state)},
                     {"attempts", r.attempts},
                     {"output", r.output},
                     {"error", r.error},

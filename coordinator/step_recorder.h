@@ -40,9 +40,9 @@ struct StepRow {
   std::string instance_id;
   Generation generation{0};
   std::string key;
-  std::string kind;
+  StepKind kind = StepKind::run;
   json config;
-  std::string state;
+  StepState state = StepState::pending;
   int attempts = 0;
   json output;  // null: none
   json error;   // null: none

@@ -16,6 +16,10 @@ std::string_view to_string(ErrorCode code) {
       return "budget_exhausted";
     case ErrorCode::unavailable:
       return "unavailable";
+    case ErrorCode::step_failed:
+      return "step_failed";
+    case ErrorCode::nondeterministic:
+      return "nondeterministic";
   }
   return "unknown";
 }

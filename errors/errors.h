@@ -1,11 +1,12 @@
 // runledger expected outcomes.
 //
 // Contract: every outcome a caller is expected to handle (bad input, not found, conflict,
-// fenced, budget exhausted) is thrown as a subclass of runledger::Error carrying an ErrorCode.
-// Code that maps outcomes to other representations (the HTTP envelope, CLI exit codes) switches
-// on code() in exactly one place. Transient database failures arrive as Unavailable (pg/ turns
-// libpqxx's exceptions into it); anything else thrown (a pqxx::sql_error from a bug,
-// std::bad_alloc, ...) is unexpected and is treated as an internal error by such mappers.
+// fenced, budget exhausted, unavailable; a workflow step's final error, non-determinism) is thrown
+// as a subclass of runledger::Error carrying an ErrorCode. Code that maps outcomes to other
+// representations (the HTTP envelope, CLI exit codes) switches on code() in exactly one place.
+// Transient database failures arrive as Unavailable (pg/ turns libpqxx's exceptions into it);
+// anything else thrown (a pqxx::sql_error from a bug, std::bad_alloc, ...) is unexpected and is
+// treated as an internal error by such mappers.
 //
 // details() is structured JSON for machines (e.g. the live run a Conflict names); what()
 // is one human sentence. Neither ever carries secrets or whole payloads.
@@ -28,6 +29,8 @@ enum class ErrorCode {
   fenced,            // the writer's generation is no longer the owner: a hard stop
   budget_exhausted,  // the run's declared budget refuses further work
   unavailable,       // a dependency (the database) could not be reached in time; retryable
+  step_failed,       // a workflow step ended in its final error (details: step, kind)
+  nondeterministic,  // workflow code no longer matches the steps its instance recorded
 };
 
 std::string_view to_string(ErrorCode code);

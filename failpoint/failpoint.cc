@@ -3,11 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+
+#include "errors/errors.h"
 
 namespace runledger::failpoint {
 namespace detail {
@@ -75,19 +78,24 @@ void arm_from_environment() {
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0) {
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "RUNLEDGER_FAILPOINTS: expected name=kill[@n] or name=pause[@n], got '" +
           std::string(item) + "'");
     }
     std::string_view action = item.substr(eq + 1);
     std::uint64_t nth = 1;
     if (const auto at = action.find('@'); at != std::string_view::npos) {
-      nth = std::stoull(std::string(action.substr(at + 1)));
+      const std::string_view count = action.substr(at + 1);
+      const auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), nth);
+      if (ec != std::errc() || end != count.data() + count.size() || nth == 0) {
+        throw InvalidArgument("RUNLEDGER_FAILPOINTS: expected a positive count after '@', got '" +
+                              std::string(item) + "'");
+      }
       action = action.substr(0, at);
     }
     if (action != "kill" && action != "pause") {
-      throw std::invalid_argument("RUNLEDGER_FAILPOINTS: expected kill or pause, got '" +
-                                  std::string(action) + "'");
+      throw InvalidArgument("RUNLEDGER_FAILPOINTS: expected kill or pause, got '" +
+                            std::string(action) + "'");
     }
     arm(std::string(item.substr(0, eq)), action == "kill" ? Action::kill : Action::pause, nth);
   }

@@ -27,7 +27,7 @@ void arm(const std::string& name, Action action, std::uint64_t nth = 1);
 void disarm(const std::string& name);
 void disarm_all();
 
-// Parses RUNLEDGER_FAILPOINTS; throws std::invalid_argument on a malformed spec.
+// Parses RUNLEDGER_FAILPOINTS; throws InvalidArgument (errors/errors.h) on a malformed spec.
 void arm_from_environment();
 
 // Number of threads currently paused at `name`; and a wait for the first to arrive.

@@ -93,6 +93,11 @@ void check_key(std::string_view value, std::string_view what) {
   }
 }
 
+InstanceId InstanceId::parse(std::string_view text, std::string_view what) {
+  check_instance_id(text, what);
+  return InstanceId(std::string(text));
+}
+
 void check_instance_id(std::string_view value, std::string_view what) {
   const std::string name(what);
   if (value.empty() || value.size() > kMaxKeyBytes) {

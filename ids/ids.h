@@ -1,7 +1,7 @@
 // Strong types for runledger's identifiers and tokens.
 //
-// Contract: a RunId cannot be passed where a Generation or a StepNo is expected, and an
-// IncarnationId holds only a canonical lowercase UUID. Values are validated where they enter
+// Contract: a RunId cannot be passed where a Generation, a StepNo or an InstanceId is expected,
+// and an IncarnationId holds only a canonical lowercase UUID. Values are validated where they enter
 // (parse(); InvalidArgument otherwise); once constructed they are trusted.
 //
 // Thread-safety: immutable values.
@@ -44,6 +44,7 @@ struct IncarnationIdTag {};
 struct GenerationTag {};
 struct StepNoTag {};
 struct SlotNameTag {};
+struct InstanceIdTag {};
 
 using RunId = UuidId<RunIdTag>;
 // One start of one process: a fresh random UUID minted at boot.
@@ -54,6 +55,14 @@ using Generation = StrongValue<GenerationTag, std::int64_t>;
 using StepNo = StrongValue<StepNoTag, std::int64_t>;
 // The stable name of a bot process, e.g. "bot-1".
 using SlotName = StrongValue<SlotNameTag, std::string>;
+
+// A workflow instance's id, chosen by whoever creates it: 1-255 characters of [A-Za-z0-9_.:-].
+// parse() validates; the constructor trusts (ids read back from the database).
+class InstanceId : public StrongValue<InstanceIdTag, std::string> {
+ public:
+  using StrongValue::StrongValue;
+  static InstanceId parse(std::string_view text, std::string_view what = "instance_id");
+};
 
 // A fresh random (version 4) UUID from OpenSSL's CSPRNG.
 std::string random_uuid();
@@ -78,6 +87,12 @@ template <class Tag, class T>
 struct std::hash<runledger::StrongValue<Tag, T>> {
   std::size_t operator()(const runledger::StrongValue<Tag, T>& v) const {
     return std::hash<T>{}(v.value());
+  }
+};
+template <>
+struct std::hash<runledger::InstanceId> {
+  std::size_t operator()(const runledger::InstanceId& v) const {
+    return std::hash<std::string>{}(v.value());
   }
 };
 template <class Tag>

@@ -1,5 +1,5 @@
 // Settlement: what a process that claimed a run mid-flight does with the tool calls its
-// predecessor left unfinished, before the run's loop continues (DESIGN invariant 4).
+// predecessor left unfinished, before the run's loop continues (docs/design.md, invariant 4).
 //
 // Contract, for each step of the run, in step order:
 //  - intent without result, tool `pure` or `idempotent`: re-run through the bot's run_tool, and

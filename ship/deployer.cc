@@ -2,11 +2,11 @@
 // at it, and a row per deploy key.
 #include <unistd.h>
 
+#include "errors/errors.h"
+#include "ids/ids.h"
 #include "ship/git.h"
 #include "ship/ship.h"
 #include "ship/statements.h"
-#include "errors/errors.h"
-#include "ids/ids.h"
 #include "subprocess/subprocess.h"
 
 namespace runledger::ship {

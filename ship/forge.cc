@@ -1,8 +1,8 @@
 // The local forge: branches of a bare repository, change requests as rows, real merge commits.
+#include "errors/errors.h"
 #include "ship/git.h"
 #include "ship/ship.h"
 #include "ship/statements.h"
-#include "errors/errors.h"
 
 namespace runledger::ship {
 namespace {

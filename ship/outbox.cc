@@ -1,8 +1,8 @@
 // The chat thread outbox and the requester policy: rows, each write idempotent.
-#include "ship/ship.h"
-#include "ship/statements.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
+#include "ship/ship.h"
+#include "ship/statements.h"
 
 namespace runledger::ship {
 

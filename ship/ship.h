@@ -198,6 +198,6 @@ class ShipWorkflow final : public coordinator::Workflow {
 };
 
 // The instance id of the pipeline a chat message starts: the same message never starts two.
-std::string ship_instance_id(const std::string& thread, const std::string& message);
+InstanceId ship_instance_id(const std::string& thread, const std::string& message);
 
 }  // namespace runledger::ship

@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cctype>
 
-#include "ship/ship.h"
 #include "digest/digest.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
+#include "ship/ship.h"
 
 namespace runledger::ship {
 namespace {
@@ -118,7 +118,7 @@ class Pipeline {
         policy_(policy),
         ledger_(ledger),
         step_(step),
-        id_(step.instance_id()),
+        id_(step.instance_id().value()),
         thread_(input.at("thread").get<std::string>()),
         requester_(input.at("requester").get<std::string>()),
         request_(input.at("request").get<std::string>()),
@@ -335,10 +335,10 @@ coordinator::json ShipWorkflow::run(const coordinator::json& input, coordinator:
   return Pipeline(options_, forge_, deployer_, outbox_, policy_, ledger_, input, step).run();
 }
 
-std::string ship_instance_id(const std::string& thread, const std::string& message) {
+InstanceId ship_instance_id(const std::string& thread, const std::string& message) {
   const std::string readable = "ship:" + thread + ":" + message;
-  if (valid_instance_id(readable)) return readable;
-  return "ship:" + short_hash(thread + "\n" + message, 40);
+  if (valid_instance_id(readable)) return InstanceId(readable);
+  return InstanceId("ship:" + short_hash(thread + "\n" + message, 40));
 }
 
 }  // namespace runledger::ship

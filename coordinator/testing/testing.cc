@@ -1,5 +1,5 @@
-// Test support for workflow authors: mocks as a Step that wraps the engine's, two statements, and
-// the test clock's install (migrations/test_clock/test_clock.h).
+// Test support for workflow authors: mocks as a Step that wraps the engine's; forced timeouts and
+// the test clock through the modules that own them (the coordinator, migrations/test_clock).
 #include "coordinator/testing/testing.h"
 
 #include "errors/errors.h"
@@ -8,27 +8,11 @@
 namespace runledger::coordinator::testing {
 namespace {
 
-// Forced timeouts: the pending waits of a name or key, made due now, and the instance with them.
-inline constexpr pg::Statement kExpireWaits{
-    "wf_testing_expire_waits",
-    "WITH s AS (UPDATE wf_steps SET due_at = runledger_now() "
-    "  WHERE instance_id = $1 AND kind IN ('wait', 'wait_any') AND state = 'pending' "
-    "    AND $2 IN (step_key, regexp_replace(step_key, '^.*/', ''), "
-    "      split_part(regexp_replace(step_key, '^.*/', ''), '#', 1)) "
-    "  RETURNING step_key), "
-    "i AS (UPDATE wf_instances SET wake_at = runledger_now() "
-    "  WHERE instance_id = $1 AND status = 'waiting' AND EXISTS (SELECT 1 FROM s) "
-    "  RETURNING 1) "
-    "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM i)"};
-
-inline constexpr pg::Statement kMoveClock{"wf_testing_move_clock",
-                                          "SELECT runledger_move_clock($1::bigint)"};
-
 class MockedStep final : public Step {
  public:
   MockedStep(Step& inner, const Mocks& mocks) : inner_(inner), mocks_(mocks) {}
 
-  const std::string& instance_id() const override { return inner_.instance_id(); }
+  const InstanceId& instance_id() const override { return inner_.instance_id(); }
 
   json run(std::string_view name, const StepConfig& config,
            const std::function<json(std::stop_token)>& body) override {
@@ -118,10 +102,9 @@ std::shared_ptr<Workflow> with_mocks(std::shared_ptr<Workflow> workflow, Mocks m
   return std::make_shared<MockedWorkflow>(std::move(workflow), std::move(mocks));
 }
 
-int expire_waits(pg::Pool& pool, const std::string& instance_id, const std::string& step) {
-  auto conn = pool.acquire();
-  pqxx::nontransaction tx(*conn);
-  return pg::exec(tx, kExpireWaits, instance_id, step)[0][0].as<int>();
+int expire_waits(pg::Pool& pool, const InstanceId& instance_id, const std::string& step) {
+  const Registry none;  // expire_waits reads no registration
+  return Coordinator(pool, none).expire_waits(instance_id, step, "test");
 }
 
 void install_test_clock(pg::Pool& pool) {
@@ -137,8 +120,7 @@ void move_clock(pg::Pool& pool, std::chrono::milliseconds by) {
         "the database has no test clock to move: call install_test_clock() on it first (test "
         "databases only; production's clock cannot be moved)");
   }
-  pqxx::nontransaction tx(*conn);
-  pg::exec(tx, kMoveClock, static_cast<std::int64_t>(by.count()));
+  migrations::move_test_clock(*conn, by);
 }
 
 }  // namespace runledger::coordinator::testing

@@ -8,8 +8,9 @@
 //    mocked error as a NonRetryable, is recorded exactly as a body's would be (same key, config
 //    and compensation), so replays, restarts and rollbacks behave as in production. Other steps
 //    pass through unchanged, branches of all() included.
-//  - expire_waits() makes an instance's pending waits of a name or key due now: its next replay
-//    times it out (an event already buffered for it is still taken, as at a real timeout).
+//  - expire_waits() is Coordinator::expire_waits() by "test": an instance's pending waits of a
+//    name or key due now, so its next replay times them out (an event already buffered for one
+//    is still taken, as at a real timeout).
 //  - install_test_clock() installs the movable test clock into the database (migrations/
 //    test_clock.h): runledger_now() then adds a skew that move_clock() raises. Never on a
 //    production database: production's runledger_now() is plain now() (migration 0014), and
@@ -55,7 +56,7 @@ std::shared_ptr<Workflow> with_mocks(std::shared_ptr<Workflow> workflow, Mocks m
 
 // Returns how many pending waits (wait_for_event or wait_any) of `step` (a name, or a key
 // name#count; inside branches the key's last part) were made due.
-int expire_waits(pg::Pool& pool, const std::string& instance_id, const std::string& step);
+int expire_waits(pg::Pool& pool, const InstanceId& instance_id, const std::string& step);
 
 void install_test_clock(pg::Pool& pool);
 

@@ -14,6 +14,7 @@ constexpr pg::Statement kHasRecord{"test_clock_has_record",
                                    "SELECT to_regclass('runledger_migrations') IS NOT NULL"};
 constexpr pg::Statement kRecord{
     "test_clock_record", "SELECT count(*), coalesce(max(version), 0) FROM runledger_migrations"};
+constexpr pg::Statement kMoveClock{"test_clock_move", "SELECT runledger_move_clock($1::bigint)"};
 constexpr pg::Statement kHasClock{
     "test_clock_has_clock", "SELECT to_regprocedure('runledger_move_clock(bigint)') IS NOT NULL"};
 constexpr pg::Statement kInUse{
@@ -56,6 +57,12 @@ END $$;
 )sql";
 
 }  // namespace
+
+void move_test_clock(pqxx::connection& conn, std::chrono::milliseconds by) {
+  if (by.count() < 0) throw InvalidArgument("the clock moves forward only");
+  pqxx::nontransaction tx(conn);
+  pg::exec(tx, kMoveClock, static_cast<std::int64_t>(by.count()));
+}
 
 bool has_test_clock(pqxx::connection& conn) {
   pqxx::nontransaction tx(conn);

@@ -23,6 +23,8 @@
 // on the migration lock.
 #pragma once
 
+#include <chrono>
+
 #include <pqxx/pqxx>
 
 namespace runledger::migrations {
@@ -31,5 +33,9 @@ void install_test_clock(pqxx::connection& conn);
 
 // Whether the database has the test clock (runledger_move_clock exists).
 bool has_test_clock(pqxx::connection& conn);
+
+// Moves the database clock `by` forward (runledger_move_clock). InvalidArgument for a negative
+// `by`; a database without the test clock raises (object_not_in_prerequisite_state).
+void move_test_clock(pqxx::connection& conn, std::chrono::milliseconds by);
 
 }  // namespace runledger::migrations

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "bot/bot.h"
+#include "failpoint/failpoint.h"
 #include "tests/ledger/ledger_fixture.h"
 #include "tests/support/waiting.h"
 
@@ -131,6 +132,47 @@ TEST_CASE("a run whose unsafe call was in flight resumes, re-checks, and never r
   CHECK(steps[2].call_id == "c2");
   CHECK(lines(dir.path / "effects.log").empty());  // c1 never ran, in any generation
   CHECK(store.verify(run).ok);
+}
+
+// Invariant 3, "write-ahead", as the bot keeps it: when a tool starts, the turn that asked for
+// it and its intent are already recorded.
+TEST_CASE("a bot's tool starts only after its turn and its intent are recorded") {
+  LedgerFixture f;
+  TempDir dir;
+  auto r = request("write-ahead");
+  r.profile = {{"script", script()}};
+  const RunId run = f.ledger.dispatch(r).run.run_id;
+  failpoint::arm("bot.after_intent", failpoint::Action::pause);  // between c1's intent and bash
+  auto driver = std::make_shared<bot::ScriptedDriver>(
+      tools::ToolsOptions{dir.path / "sandboxes", dir.path / "effects.log"});
+  boot::Process process(f.db.url(), {}, {}, bot::reference_effect_classes(), bot_options(), driver);
+  process.boot();
+  auto running = std::async(std::launch::async, [&] { process.run(); });
+  struct Stop {
+    boot::Process& process;
+    std::future<void>& running;
+    ~Stop() {
+      failpoint::release("bot.after_intent");
+      process.request_stop();
+      running.get();
+    }
+  } stop{process, running};
+  REQUIRE(failpoint::wait_until_paused("bot.after_intent", 10s));
+
+  transcript::Store store(f.pool, f.ledger);
+  const auto steps = store.steps(run);
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].call_id == "c1");
+  CHECK(steps[0].state == transcript::StepState::intent);
+  const auto turn = store.last_entry(run, transcript::EntryKind::assistant);
+  REQUIRE(turn.has_value());
+  CHECK(json::parse(turn->body)["calls"][0]["id"] == "c1");
+  CHECK(lines(dir.path / "effects.log").empty());  // bash has not started
+  CHECK_FALSE(std::filesystem::exists(dir.path / "sandboxes" / run.value() / "pushed.txt"));
+
+  failpoint::release("bot.after_intent");
+  CHECK(wait_for([&] { return f.ledger.get(run).status == ledger::RunStatus::finished; }, 20s));
+  CHECK(lines(dir.path / "effects.log").size() == 1);  // and then it ran, once
 }
 
 namespace {

@@ -51,7 +51,7 @@ json trip(coordinator::Step& step) {
 }
 
 bool history_has(CoordinatorFixture& f, const std::string& id, const std::string& what) {
-  for (const auto& h : f.client().history(id)) {
+  for (const auto& h : f.client().history(InstanceId(id))) {
     if (h.what == what) return true;
   }
   return false;
@@ -69,7 +69,7 @@ TEST_CASE("a failed instance runs its compensations once each, latest step first
   f.create("trip", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::errored);
   CHECK(instance.error["message"] == "card declined");
   CHECK(instance.error["step"] == "pay#1");
@@ -108,7 +108,7 @@ TEST_CASE("a failing compensation is retried, durably, after its delay") {
   CHECK(f.status("i-1") == InstanceStatus::waiting);
   f.db.advance_clock(2100ms);
   REQUIRE(executor->run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::errored);
   CHECK(instance.error["message"] == "no flights");
   CHECK(instance.error["rollback"]["state"] == "complete");
@@ -136,7 +136,7 @@ TEST_CASE("a compensation no longer registered stops the rollback, naming it") {
   f.db.advance_clock(61s);
   coordinator::Executor executor(f.db.url(), next, "executor-2");
   REQUIRE(executor.run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::errored);
   CHECK(instance.error["kind"] == "event_timeout");
   CHECK(instance.error["rollback"]["state"] == "stopped");
@@ -159,7 +159,7 @@ TEST_CASE("a step naming an unknown compensation fails before its body runs") {
   });
   f.create("typo", "i-1");
   REQUIRE(f.executor()->run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::errored);
   CHECK(instance.error["message"].get<std::string>().find("cancel-hotle") != std::string::npos);
   CHECK_FALSE(ran);
@@ -178,12 +178,12 @@ TEST_CASE("terminate with rollback undoes the succeeded steps of a waiting insta
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   REQUIRE(executor->run_one());
-  f.client().terminate("i-1", "alice", true);
-  f.client().terminate("i-2", "bob");  // without rollback: ends at once, nothing undone
+  f.client().terminate(InstanceId("i-1"), "alice", true);
+  f.client().terminate(InstanceId("i-2"), "bob");  // without rollback: ends at once, nothing undone
   CHECK(f.status("i-2") == InstanceStatus::terminated);
   CHECK(f.status("i-1") == InstanceStatus::queued);
   REQUIRE(executor->run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::terminated);
   CHECK(instance.error["message"] == "terminated by alice");
   CHECK(instance.error["rollback"]["compensated"] == 1);
@@ -191,8 +191,8 @@ TEST_CASE("terminate with rollback undoes the succeeded steps of a waiting insta
   CHECK(history_has(f, "i-1", "terminating with rollback"));
   CHECK_FALSE(executor->run_one());
   // A restart after the rollback may not reuse the undone step.
-  CHECK_THROWS_AS(f.client().restart("i-1", "go#1", "alice"), Conflict);
-  CHECK(f.client().restart("i-1", "hotel#1", "alice") == 2);
+  CHECK_THROWS_AS(f.client().restart(InstanceId("i-1"), "go#1", "alice"), Conflict);
+  CHECK(f.client().restart(InstanceId("i-1"), "hotel#1", "alice") == 2);
 }
 
 TEST_CASE("terminate with rollback ends at once when no compensation is owed") {
@@ -203,10 +203,10 @@ TEST_CASE("terminate with rollback ends at once when no compensation is owed") {
   });
   f.create("plain", "i-1");
   REQUIRE(f.executor()->run_one());
-  f.client().terminate("i-1", "alice", true);
-  const auto instance = f.client().get("i-1");
+  f.client().terminate(InstanceId("i-1"), "alice", true);
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::terminated);
   CHECK(instance.error["rollback"]["compensated"] == 0);
   CHECK(history_has(f, "i-1", "terminated"));
-  CHECK_THROWS_AS(f.client().terminate("i-1", "alice", true), Conflict);
+  CHECK_THROWS_AS(f.client().terminate(InstanceId("i-1"), "alice", true), Conflict);
 }

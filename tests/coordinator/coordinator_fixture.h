@@ -51,10 +51,12 @@ struct CoordinatorFixture {
 
   coordinator::Instance create(const std::string& workflow, const std::string& id,
                                const json& input = json::object()) {
-    return client().create(workflow, id, input).instance;
+    return client().create(workflow, InstanceId(id), input).instance;
   }
 
-  coordinator::InstanceStatus status(const std::string& id) { return client().get(id).status; }
+  coordinator::InstanceStatus status(const std::string& id) {
+    return client().get(InstanceId(id)).status;
+  }
 
   pqxx::result sql(const std::string& statement) const {
     pqxx::connection conn(db.url());

@@ -48,10 +48,10 @@ struct SweepFixture : CoordinatorFixture {
   void create_instance(const std::string& workflow, const std::string& id) {
     create(workflow, id);
     if (workflow == "sweep") {
-      client().send_event(id, "go", {{"ok", true}}, "go");
+      client().send_event(InstanceId(id), "go", {{"ok", true}}, "go");
     } else {
-      client().send_event(id, "approve", {{"n", 1}}, "approve");
-      client().send_event(id, "cancel", {{"n", 2}}, "cancel");
+      client().send_event(InstanceId(id), "approve", {{"n", 1}}, "approve");
+      client().send_event(InstanceId(id), "cancel", {{"n", 2}}, "cancel");
     }
   }
 
@@ -110,13 +110,13 @@ void sweep(const std::string& workflow) {
   REQUIRE(f.wait_until_ended(reference_id, 60s));
   kill(counter, SIGTERM);
   REQUIRE(wait_exit(counter) == 0);
-  const auto reference = f.client().get(reference_id);
+  const auto reference = f.client().get(InstanceId(reference_id));
   if (workflow == "saga") {
     REQUIRE(reference.status == coordinator::InstanceStatus::errored);
     REQUIRE(reference.error["message"] == "the truck is full");
     REQUIRE(reference.error["rollback"] == json{{"state", "complete"}, {"compensated", 2}});
     // approve won the wait_any; the cancel stayed buffered and went to the next wait.
-    REQUIRE(f.client().steps(reference_id).size() >= 9);
+    REQUIRE(f.client().steps(InstanceId(reference_id)).size() >= 9);
   } else {
     REQUIRE(reference.status == coordinator::InstanceStatus::complete);
   }
@@ -167,15 +167,15 @@ void sweep(const std::string& workflow) {
     CHECK((fresh_exit == 0 || fresh_exit == 128 + SIGTERM));
     REQUIRE(done);
     INFO("killed after journal write " << k);
-    const auto resumed = f.client().get(id);
+    const auto resumed = f.client().get(InstanceId(id));
     CHECK(resumed.status == reference.status);
     CHECK(resumed.output == reference.output);
     CHECK(resumed.error == reference.error);
     CHECK(f.sql("SELECT count(*) FROM live_runs WHERE parent_instance_id = '" + id + "'")[0][0]
               .as<int>() == 1);
     const std::string log = f.log.string();
-    for (const auto& s : f.client().steps(id)) {
-      if (s.kind != "run") continue;
+    for (const auto& s : f.client().steps(InstanceId(id))) {
+      if (s.kind != coordinator::StepKind::run) continue;
       // A branch's key is "fan#1/0/left#1": the body is logged under its last name.
       const std::string last = s.step_key.substr(s.step_key.rfind('/') + 1);
       const std::string name = last.substr(0, last.find('#'));

@@ -15,17 +15,18 @@ using coordinator::InstanceStatus;
 TEST_CASE("create is idempotent on the instance id and checks id and workflow") {
   CoordinatorFixture f;
   f.add("noop", [](const json& input, coordinator::Step&) { return input; });
-  const auto first = f.client().create("noop", "chat:T1.M-7_x", {{"a", 1}});
+  const auto first = f.client().create("noop", InstanceId("chat:T1.M-7_x"), {{"a", 1}});
   CHECK(first.created);
   CHECK(first.instance.status == InstanceStatus::queued);
-  const auto again = f.client().create("noop", "chat:T1.M-7_x", {{"a", 2}});
+  const auto again = f.client().create("noop", InstanceId("chat:T1.M-7_x"), {{"a", 2}});
   CHECK_FALSE(again.created);
   CHECK(again.instance.input == json{{"a", 1}});
-  CHECK_THROWS_AS(f.client().create("noop", "has space", json::object()), InvalidArgument);
-  CHECK_THROWS_AS(f.client().create("noop", std::string(256, 'a'), json::object()),
+  CHECK_THROWS_AS(f.client().create("noop", InstanceId("has space"), json::object()),
                   InvalidArgument);
-  CHECK_THROWS_AS(f.client().create("unknown", "i-2", json::object()), InvalidArgument);
-  CHECK_THROWS_AS(f.client().get("i-404"), NotFound);
+  CHECK_THROWS_AS(f.client().create("noop", InstanceId(std::string(256, 'a')), json::object()),
+                  InvalidArgument);
+  CHECK_THROWS_AS(f.client().create("unknown", InstanceId("i-2"), json::object()), InvalidArgument);
+  CHECK_THROWS_AS(f.client().get(InstanceId("i-404")), NotFound);
 }
 
 TEST_CASE("the history records what happened to an instance") {
@@ -41,7 +42,7 @@ TEST_CASE("the history records what happened to an instance") {
   f.db.advance_clock(1100ms);
   REQUIRE(executor->run_one());
   std::vector<std::string> whats;
-  for (const auto& h : f.client().history("i-1")) whats.push_back(h.what);
+  for (const auto& h : f.client().history(InstanceId("i-1"))) whats.push_back(h.what);
   CHECK(whats == std::vector<std::string>{"created", "step succeeded", "sleep", "waiting", "woke",
                                           "complete"});
 }
@@ -67,14 +68,14 @@ TEST_CASE("a stale executor's writes are refused after another took the instance
   CHECK(f.status("i-1") == InstanceStatus::complete);
   failpoint::release("test.inside_body");
   first.join();
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.output == "result of run 2");  // the stale executor's result never landed
   CHECK(i.generation.value() == 2);
-  const auto steps = f.client().steps("i-1");
+  const auto steps = f.client().steps(InstanceId("i-1"));
   REQUIRE(steps.size() == 1);
   CHECK(steps[0].generation.value() == 2);
   bool taken_over = false;
-  for (const auto& h : f.client().history("i-1")) taken_over |= h.what == "taken over";
+  for (const auto& h : f.client().history(InstanceId("i-1"))) taken_over |= h.what == "taken over";
   CHECK(taken_over);
 }
 
@@ -110,11 +111,12 @@ TEST_CASE("a running executor is woken by a creation and by an event, not by pol
   REQUIRE(listening());
   f.create("echo", "i-1", {{"n", 1}});
   CHECK(wait_for(InstanceStatus::waiting));
-  f.client().send_event("i-1", "go", {{"ok", true}}, "go-1");
+  f.client().send_event(InstanceId("i-1"), "go", {{"ok", true}}, "go-1");
   CHECK(wait_for(InstanceStatus::complete));
   executor->request_stop();
   loop.join();
-  CHECK(f.client().get("i-1").output == json{{"input", {{"n", 1}}}, {"event", {{"ok", true}}}});
+  CHECK(f.client().get(InstanceId("i-1")).output ==
+        json{{"input", {{"n", 1}}}, {"event", {{"ok", true}}}});
 }
 
 TEST_CASE(
@@ -122,18 +124,19 @@ TEST_CASE(
   CoordinatorFixture f;
   std::vector<std::string> order;
   f.add("a", [&](const json&, coordinator::Step& step) {
-    order.push_back(step.instance_id());
+    order.push_back(step.instance_id().value());
     return json(1);
   });
   f.add("b", [&](const json&, coordinator::Step& step) {
-    order.push_back(step.instance_id());
+    order.push_back(step.instance_id().value());
     return json(1);
   });
   f.add("elsewhere", [](const json&, coordinator::Step&) { return json(1); });
   // Due instances of a workflow this executor does not run come first: never claimed, not in
   // the way.
-  std::vector<std::pair<std::string, json>> stranded;
-  for (int i = 0; i < 200; ++i) stranded.emplace_back("x-" + std::to_string(i), json::object());
+  std::vector<std::pair<InstanceId, json>> stranded;
+  for (int i = 0; i < 200; ++i)
+    stranded.emplace_back(InstanceId("x-" + std::to_string(i)), json::object());
   CHECK(f.client().create_batch("elsewhere", stranded) == 200);
   CHECK(f.client().create_batch("elsewhere", stranded) == 0);  // idempotent on the ids
   f.create("b", "b-1");
@@ -148,6 +151,6 @@ TEST_CASE(
   }
   CHECK(order == std::vector<std::string>{"b-1", "a-1", "b-2"});
   CHECK(f.status("x-0") == InstanceStatus::queued);
-  CHECK_THROWS_AS(f.client().create_batch("elsewhere", {{"bad id", json::object()}}),
+  CHECK_THROWS_AS(f.client().create_batch("elsewhere", {{InstanceId("bad id"), json::object()}}),
                   InvalidArgument);
 }

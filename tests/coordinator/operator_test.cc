@@ -17,7 +17,7 @@ namespace {
 
 bool history_has(CoordinatorFixture& f, const std::string& id, const std::string& what,
                  const std::string& by) {
-  for (const auto& h : f.client().history(id)) {
+  for (const auto& h : f.client().history(InstanceId(id))) {
     if (h.what == what && h.detail.value("by", "") == by) return true;
   }
   return false;
@@ -33,17 +33,17 @@ TEST_CASE("a paused instance does not run until resumed, and both are in the his
   f.create("waiter", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  f.client().pause("i-1", "alice");
+  f.client().pause(InstanceId("i-1"), "alice");
   CHECK(f.status("i-1") == InstanceStatus::paused);
-  f.client().send_event("i-1", "go", {{"ok", true}}, "g1");
+  f.client().send_event(InstanceId("i-1"), "go", {{"ok", true}}, "g1");
   CHECK_FALSE(executor->run_one());  // paused: the event waits
-  CHECK_THROWS_AS(f.client().pause("i-1", "alice"), Conflict);
-  f.client().resume("i-1", "bob");
+  CHECK_THROWS_AS(f.client().pause(InstanceId("i-1"), "alice"), Conflict);
+  f.client().resume(InstanceId("i-1"), "bob");
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output == json{{"ok", true}});
+  CHECK(f.client().get(InstanceId("i-1")).output == json{{"ok", true}});
   CHECK(history_has(f, "i-1", "paused", "alice"));
   CHECK(history_has(f, "i-1", "resumed", "bob"));
-  CHECK_THROWS_AS(f.client().resume("i-404", "bob"), NotFound);
+  CHECK_THROWS_AS(f.client().resume(InstanceId("i-404"), "bob"), NotFound);
 }
 
 TEST_CASE("a terminated instance never runs again") {
@@ -55,11 +55,11 @@ TEST_CASE("a terminated instance never runs again") {
   f.create("sleeper", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  f.client().terminate("i-1", "carol");
+  f.client().terminate(InstanceId("i-1"), "carol");
   f.db.advance_clock(2s);
   CHECK_FALSE(executor->run_one());
   CHECK(f.status("i-1") == InstanceStatus::terminated);
-  CHECK_THROWS_AS(f.client().terminate("i-1", "carol"), Conflict);
+  CHECK_THROWS_AS(f.client().terminate(InstanceId("i-1"), "carol"), Conflict);
   CHECK(history_has(f, "i-1", "terminated", "carol"));
 }
 
@@ -76,11 +76,11 @@ TEST_CASE("pausing a running instance fences out the executor replaying it") {
   failpoint::arm("test.inside_body", failpoint::Action::pause);
   std::thread replay([&] { executor->run_one(); });
   REQUIRE(failpoint::wait_until_paused("test.inside_body", 10s));
-  f.client().pause("i-1", "alice");
+  f.client().pause(InstanceId("i-1"), "alice");
   failpoint::release("test.inside_body");
   replay.join();
   CHECK(f.status("i-1") == InstanceStatus::paused);
-  CHECK(f.client().steps("i-1").empty());  // its step write was refused
+  CHECK(f.client().steps(InstanceId("i-1")).empty());  // its step write was refused
 }
 
 TEST_CASE("restart from a step re-runs it and every later step, reusing earlier ones") {
@@ -96,15 +96,15 @@ TEST_CASE("restart from a step re-runs it and every later step, reusing earlier 
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   REQUIRE(f.status("i-1") == InstanceStatus::complete);
-  CHECK(f.client().restart("i-1", "b#1", "dave") == 2);
+  CHECK(f.client().restart(InstanceId("i-1"), "b#1", "dave") == 2);
   CHECK(f.status("i-1") == InstanceStatus::queued);
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output == 2);
+  CHECK(f.client().get(InstanceId("i-1")).output == 2);
   CHECK(a == 1);
   CHECK(b == 2);
   CHECK(c == 2);
   CHECK(history_has(f, "i-1", "restarted", "dave"));
-  CHECK_THROWS_AS(f.client().restart("i-1", "zzz#1", "dave"), NotFound);
+  CHECK_THROWS_AS(f.client().restart(InstanceId("i-1"), "zzz#1", "dave"), NotFound);
 }
 
 TEST_CASE("a spawn re-run by a restart starts a new child, not the old one") {
@@ -118,12 +118,12 @@ TEST_CASE("a spawn re-run by a restart starts a new child, not the old one") {
   f.create("spawner", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  const std::string first = f.client().get("i-1").output;
+  const std::string first = f.client().get(InstanceId("i-1")).output;
   // The first child must end before another may take the same thread key.
   f.sql("UPDATE live_runs SET status = 'cancelled', finished_at = now()");
-  f.client().restart("i-1", "child#1", "erin");
+  f.client().restart(InstanceId("i-1"), "child#1", "erin");
   REQUIRE(executor->run_one());
-  const std::string second = f.client().get("i-1").output;
+  const std::string second = f.client().get(InstanceId("i-1")).output;
   CHECK(second != first);
   CHECK(f.sql("SELECT dispatch_key FROM live_runs WHERE run_id = '" + second + "'")[0][0]
             .as<std::string>() == "wf:i-1:child#1:r1");
@@ -150,7 +150,7 @@ TEST_CASE("an instance runs only on the version it started on") {
   CHECK(f.status("i-1") == InstanceStatus::queued);
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output == "v1");
+  CHECK(f.client().get(InstanceId("i-1")).output == "v1");
 }
 
 TEST_CASE("a sent event is in the history with who sent it, once per dedupe key") {
@@ -159,11 +159,12 @@ TEST_CASE("a sent event is in the history with who sent it, once per dedupe key"
     return step.wait_for_event("go", EventWait{"go", json::object(), 600s});
   });
   f.create("waiter", "i-1");
-  CHECK(f.client().send_event("i-1", "go", {{"ok", true}}, "g1", "carol"));
-  CHECK_FALSE(f.client().send_event("i-1", "go", {{"ok", true}}, "g1", "carol"));
+  CHECK(f.client().send_event(InstanceId("i-1"), "go", {{"ok", true}}, "g1", "carol"));
+  CHECK_FALSE(f.client().send_event(InstanceId("i-1"), "go", {{"ok", true}}, "g1", "carol"));
   CHECK(history_has(f, "i-1", "event sent", "carol"));
   int sent = 0;
-  for (const auto& h : f.client().history("i-1")) sent += h.what == "event sent";
+  for (const auto& h : f.client().history(InstanceId("i-1"))) sent += h.what == "event sent";
   CHECK(sent == 1);
-  CHECK_THROWS_AS(f.client().send_event("missing", "go", json::object(), "g1", "carol"), NotFound);
+  CHECK_THROWS_AS(f.client().send_event(InstanceId("missing"), "go", json::object(), "g1", "carol"),
+                  NotFound);
 }

@@ -19,7 +19,7 @@ namespace {
 
 std::vector<std::string> step_keys(CoordinatorFixture& f, const std::string& id) {
   std::vector<std::string> keys;
-  for (const auto& s : f.client().steps(id)) keys.push_back(s.step_key);
+  for (const auto& s : f.client().steps(InstanceId(id))) keys.push_back(s.step_key);
   std::sort(keys.begin(), keys.end());
   return keys;
 }
@@ -62,7 +62,7 @@ TEST_CASE("all() runs its branches side by side, each step named by its branch")
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   CHECK(met);
-  CHECK(f.client().get("i-1").output == json::array({"left", "right"}));
+  CHECK(f.client().get(InstanceId("i-1")).output == json::array({"left", "right"}));
   CHECK(step_keys(f, "i-1") ==
         std::vector<std::string>{"fan#1/0/fetch#1", "fan#1/1/fetch#1", "fan#1/1/fetch#2"});
 }
@@ -98,9 +98,9 @@ TEST_CASE("a waiting branch makes the instance wait; finished branches are not r
   f.db.advance_clock(5100ms);
   REQUIRE(executor->run_one());
   CHECK(f.status("i-1") == InstanceStatus::waiting);  // the event is still missing
-  f.client().send_event("i-1", "ok", {{"n", 7}}, "ok-1");
+  f.client().send_event(InstanceId("i-1"), "ok", {{"n", 7}}, "ok-1");
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output == json::array({"quick", "slept", {{"n", 7}}}));
+  CHECK(f.client().get(InstanceId("i-1")).output == json::array({"quick", "slept", {{"n", 7}}}));
   CHECK(quick_runs == 1);
 }
 
@@ -130,7 +130,7 @@ TEST_CASE("all() re-throws the lowest-numbered failed branch once every branch h
   f.create("fan", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::errored);
   CHECK(instance.error["step"] == "fan#1/1/boom#1");
   CHECK(instance.error["message"] == "branch 1 failed");
@@ -151,7 +151,7 @@ TEST_CASE("branches nest, and their identity is the path of branch numbers") {
   f.create("nest", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output == json::array({1, 1}));
+  CHECK(f.client().get(InstanceId("i-1")).output == json::array({1, 1}));
   CHECK(step_keys(f, "i-1") ==
         std::vector<std::string>{"out#1/0/in#1/0/x#1", "out#1/1/in#1/0/x#1"});
 }
@@ -171,13 +171,13 @@ TEST_CASE("wait_any takes the first matching event; a later event for the other 
   REQUIRE(executor->run_one());
   CHECK(f.status("i-1") == InstanceStatus::waiting);
   // Not matching the second alternative (final is false): ignored by wait_any, kept buffered.
-  f.client().send_event("i-1", "rejected", {{"final", false}, {"n", 1}}, "r-1");
+  f.client().send_event(InstanceId("i-1"), "rejected", {{"final", false}, {"n", 1}}, "r-1");
   REQUIRE(executor->run_one());
   CHECK(f.status("i-1") == InstanceStatus::waiting);
-  f.client().send_event("i-1", "approved", {{"by", "bob"}}, "a-1");
-  f.client().send_event("i-1", "rejected", {{"final", true}, {"n", 2}}, "r-2");
+  f.client().send_event(InstanceId("i-1"), "approved", {{"by", "bob"}}, "a-1");
+  f.client().send_event(InstanceId("i-1"), "rejected", {{"final", true}, {"n", 2}}, "r-2");
   REQUIRE(executor->run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   REQUIRE(instance.status == InstanceStatus::complete);
   CHECK(instance.output["index"] == 0);
   CHECK(instance.output["payload"] == json{{"by", "bob"}});
@@ -201,19 +201,20 @@ TEST_CASE("wait_any reports which alternative matched, takes buffered events, an
     }
   });
   f.create("either", "buffered");
-  f.client().send_event("buffered", "b", json::object(), "b-1");  // before the wait exists
+  f.client().send_event(InstanceId("buffered"), "b", json::object(),
+                        "b-1");  // before the wait exists
   f.create("either", "nothing");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("buffered").output == json{{"index", 1}});
+  CHECK(f.client().get(InstanceId("buffered")).output == json{{"index", 1}});
   CHECK(f.status("nothing") == InstanceStatus::waiting);
   f.db.advance_clock(10100ms);
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("nothing").output["timed_out"] == "pick#1");
+  CHECK(f.client().get(InstanceId("nothing")).output["timed_out"] == "pick#1");
   // The timeout is recorded: replaying the instance finds it, no event changes it.
-  const auto steps = f.client().steps("nothing");
+  const auto steps = f.client().steps(InstanceId("nothing"));
   REQUIRE(steps.size() == 1);
-  CHECK(steps[0].kind == "wait_any");
-  CHECK(steps[0].state == "failed");
+  CHECK(steps[0].kind == coordinator::StepKind::wait_any);
+  CHECK(steps[0].state == coordinator::StepState::failed);
 }

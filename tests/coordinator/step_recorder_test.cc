@@ -2,6 +2,7 @@
 // while a batch is being written share the next statement and its commit, and each row keeps a
 // lone record's fencing and failure.
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -25,14 +26,14 @@ void hold_instances(CoordinatorFixture& f) {
 }
 
 StepRow succeeded(const std::string& instance_id, const std::string& key, std::int64_t generation,
-                  const std::string& kind = "run") {
+                  coordinator::StepKind kind = coordinator::StepKind::run) {
   StepRow r;
   r.instance_id = instance_id;
   r.generation = Generation(generation);
   r.key = key;
   r.kind = kind;
   r.config = json::object();
-  r.state = "succeeded";
+  r.state = coordinator::StepState::succeeded;
   r.attempts = 1;
   r.output = json(instance_id + ":" + key);
   r.what = "step succeeded";
@@ -133,10 +134,11 @@ TEST_CASE("a row that fails its statement fails only its own writer") {
   hold_instances(f);
   pg::Pool pool(f.db.pool_options(4));
   StepRecorder recorder(pool);
+  StepRow out_of_range = succeeded("c", "s#1", 1);
+  out_of_range.due_in_ms = std::numeric_limits<std::int64_t>::max();  // no such timestamp
   const auto outcomes =
       record_behind_a_batch(f, recorder, succeeded("a", "s#1", 1),
-                            {succeeded("b", "s#1", 1), succeeded("c", "s#1", 1, "no-such-kind"),
-                             succeeded("d", "s#1", 1)});
+                            {succeeded("b", "s#1", 1), out_of_range, succeeded("d", "s#1", 1)});
   CHECK(outcomes[1].due.has_value());
   CHECK(outcomes[2].threw);
   CHECK(outcomes[3].due.has_value());

@@ -34,12 +34,12 @@ TEST_CASE("a completed step is not run again when the workflow replays") {
   CHECK_FALSE(executor->run_one());  // the sleep is not due
   f.db.advance_clock(1100ms);
   REQUIRE(executor->run_one());
-  const auto done = f.client().get("i-1");
+  const auto done = f.client().get(InstanceId("i-1"));
   CHECK(done.status == InstanceStatus::complete);
   CHECK(done.output == json{{"n", 50}});
   CHECK(a_runs == 1);
   CHECK(b_runs == 1);
-  const auto steps = f.client().steps("i-1");
+  const auto steps = f.client().steps(InstanceId("i-1"));
   REQUIRE(steps.size() == 3);
   CHECK(steps[0].step_key == "a#1");
   CHECK(steps[0].output == json{{"n", 5}});
@@ -74,7 +74,7 @@ TEST_CASE("a step's identity is name#count, so differently named steps may be re
   swapped = true;
   f.db.advance_clock(1100ms);
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output == json::array({"y", "x", "x"}));
+  CHECK(f.client().get(InstanceId("i-1")).output == json::array({"y", "x", "x"}));
   CHECK(runs == 3);
 }
 
@@ -105,13 +105,14 @@ TEST_CASE("a failed attempt is retried after its delay with the stored config") 
   CHECK_FALSE(executor->run_one());
   f.db.advance_clock(1000ms);
   REQUIRE(executor->run_one());
-  const auto done = f.client().get("i-1");
+  const auto done = f.client().get(InstanceId("i-1"));
   CHECK(done.status == InstanceStatus::complete);
   CHECK(done.output == "ok");
   CHECK(attempts == 3);
-  CHECK(f.client().steps("i-1")[0].attempts == 3);
+  CHECK(f.client().steps(InstanceId("i-1"))[0].attempts == 3);
   int failed_attempts = 0;
-  for (const auto& h : f.client().history("i-1")) failed_attempts += h.what == "attempt failed";
+  for (const auto& h : f.client().history(InstanceId("i-1")))
+    failed_attempts += h.what == "attempt failed";
   CHECK(failed_attempts == 2);
 }
 
@@ -128,7 +129,8 @@ TEST_CASE("a final error is recorded and re-thrown on replay without running the
                  throw coordinator::NonRetryable("the remote said no");
                });
     } catch (const coordinator::StepError& e) {
-      caught = std::string(e.step_key()) + ": " + e.what() + " (" + e.kind() + ")";
+      caught = std::string(e.step_key()) + ": " + e.what() + " (" +
+               std::string(to_string(e.kind())) + ")";
     }
     step.sleep("after", 1s);
     return json(caught);
@@ -139,7 +141,7 @@ TEST_CASE("a final error is recorded and re-thrown on replay without running the
   f.db.advance_clock(1100ms);
   REQUIRE(executor->run_one());
   CHECK(runs == 1);  // NonRetryable: no retries; and not run again on replay
-  CHECK(f.client().get("i-1").output == "doomed#1: the remote said no (non_retryable)");
+  CHECK(f.client().get(InstanceId("i-1")).output == "doomed#1: the remote said no (non_retryable)");
 }
 
 TEST_CASE("an uncaught step error ends the instance errored, naming the step") {
@@ -150,7 +152,7 @@ TEST_CASE("an uncaught step error ends the instance errored, naming the step") {
   f.create("uncaught", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.status == InstanceStatus::errored);
   CHECK(i.error["step"] == "boom#1");
   CHECK(i.error["message"] == "bad");
@@ -171,12 +173,12 @@ TEST_CASE("an attempt past its timeout is stopped through its token and its valu
   f.create("slow", "i-1");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(saw_stop);
   CHECK(i.status == InstanceStatus::errored);
   CHECK(i.error["kind"] == "timeout");
   CHECK(i.error["step"] == "slow#1");
-  CHECK(f.client().steps("i-1")[0].output.is_null());
+  CHECK(f.client().steps(InstanceId("i-1"))[0].output.is_null());
 }
 
 TEST_CASE("a step value over the size cap is an error naming the step") {
@@ -189,7 +191,7 @@ TEST_CASE("a step value over the size cap is an error naming the step") {
   options.max_value_bytes = 1000;
   auto executor = f.executor(options);
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.status == InstanceStatus::errored);
   CHECK(i.error["kind"] == "value_too_large");
   CHECK(i.error["step"] == "big#1");
@@ -212,7 +214,7 @@ TEST_CASE("a step count over the cap ends the instance, naming the step") {
   options.max_steps = 5;
   auto executor = f.executor(options);
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.status == InstanceStatus::errored);
   CHECK(i.error["kind"] == "step_limit");
   CHECK(i.error["step"] == "s#6");
@@ -236,7 +238,7 @@ TEST_CASE("a replayed call of another kind than the recorded step is a named non
   changed = true;
   f.db.advance_clock(1100ms);
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.status == InstanceStatus::errored);
   CHECK(i.error["kind"] == "non_determinism");
   CHECK(i.error["step"] == "x#1");

@@ -20,7 +20,7 @@ class SweepWorkflow : public coordinator::Workflow {
 
   coordinator::json run(const coordinator::json&, coordinator::Step& step) override {
     using coordinator::json;
-    const std::string id = step.instance_id();
+    const std::string id = step.instance_id().value();
     coordinator::StepConfig retry_once;
     retry_once.retries = 1;
     retry_once.delay = std::chrono::milliseconds(0);
@@ -88,7 +88,7 @@ class SagaSweepWorkflow : public coordinator::Workflow {
 
   coordinator::json run(const coordinator::json&, coordinator::Step& step) override {
     using coordinator::json;
-    const std::string id = step.instance_id();
+    const std::string id = step.instance_id().value();
     coordinator::StepConfig reserve_config;
     reserve_config.retries = 1;
     reserve_config.delay = std::chrono::milliseconds(0);
@@ -145,7 +145,7 @@ class SagaSweepWorkflow : public coordinator::Workflow {
     for (const std::string name : {"release", "refund"}) {
       registry.add_compensation(coordinator::Compensation{
           name, {}, [log, name](const coordinator::UndoRequest& undo, std::stop_token) {
-            SweepWorkflow::append(log, undo.instance_id, "undo-" + name);
+            SweepWorkflow::append(log, undo.instance_id.value(), "undo-" + name);
           }});
     }
   }

@@ -58,14 +58,15 @@ TEST_CASE("a mocked step records the mocked value instead of running its body") 
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   const auto id = "i-1";
-  CHECK(mock::expire_waits(f.pool, id, "receipt") == 1);  // a forced timeout, no day passes
+  CHECK(mock::expire_waits(f.pool, InstanceId(id), "receipt") ==
+        1);  // a forced timeout, no day passes
   REQUIRE(executor->run_one());
-  CHECK(f.client().get(id).output == json::array({"real-1", "mocked-2", "no receipt"}));
+  CHECK(f.client().get(InstanceId(id)).output == json::array({"real-1", "mocked-2", "no receipt"}));
   CHECK(checkout->bodies == 1);
-  const auto steps = f.client().steps(id);
+  const auto steps = f.client().steps(InstanceId(id));
   REQUIRE(steps.size() == 3);
-  CHECK(steps[1].output == "mocked-2");  // recorded like a body's value
-  CHECK(steps[2].state == "failed");     // the timeout too
+  CHECK(steps[1].output == "mocked-2");                     // recorded like a body's value
+  CHECK(steps[2].state == coordinator::StepState::failed);  // the timeout too
 }
 
 TEST_CASE("a mocked error is the step's final error, and a mock by name covers every call") {
@@ -74,7 +75,7 @@ TEST_CASE("a mocked error is the step's final error, and a mock by name covers e
   add(f, mock::with_mocks(checkout, mock::Mocks().error("charge", "card declined")));
   f.create("checkout", "i-1");
   REQUIRE(f.executor()->run_one());
-  const auto instance = f.client().get("i-1");
+  const auto instance = f.client().get(InstanceId("i-1"));
   CHECK(instance.status == InstanceStatus::errored);
   CHECK(instance.error["message"] == "card declined");
   CHECK(instance.error["kind"] == "non_retryable");
@@ -91,7 +92,7 @@ TEST_CASE("moving the clock makes a day-long wait time out without waiting") {
   CHECK_FALSE(executor->run_one());
   mock::move_clock(f.pool, 24h + 1s);
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output[2] == "no receipt");
+  CHECK(f.client().get(InstanceId("i-1")).output[2] == "no receipt");
   CHECK_THROWS_AS(mock::move_clock(f.pool, -1s), InvalidArgument);
 }
 

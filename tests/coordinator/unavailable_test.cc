@@ -66,7 +66,7 @@ const std::string kRetryStatement = "database unavailable";
 
 std::vector<json> unavailable_entries(CoordinatorFixture& f, const std::string& id) {
   std::vector<json> out;
-  for (const auto& h : f.client().history(id)) {
+  for (const auto& h : f.client().history(InstanceId(id))) {
     CHECK(h.what != "rolling back");
     CHECK(h.what != "errored");
     if (h.what == "database unavailable") out.push_back(h.detail);
@@ -115,7 +115,7 @@ struct PausedInShip {
   // 'database unavailable' history entries.
   std::vector<json> completed_undisturbed() {
     REQUIRE(wait_for([&] { return f.status("o-1") == InstanceStatus::complete; }, 20s));
-    CHECK(f.client().get("o-1").output == kUndisturbed);
+    CHECK(f.client().get(InstanceId("o-1")).output == kUndisturbed);
     CHECK(order.charges == 1);  // recorded before the failure: never run again
     CHECK(order.refunds == 0);
     return unavailable_entries(f, "o-1");
@@ -172,7 +172,7 @@ TEST_CASE("an undisturbed order completes with the same output and no retry") {
   while (executor->run_one()) {
   }
   REQUIRE(f.status("o-1") == InstanceStatus::complete);
-  CHECK(f.client().get("o-1").output == kUndisturbed);
+  CHECK(f.client().get(InstanceId("o-1")).output == kUndisturbed);
   CHECK(order.ships == 1);
   CHECK(unavailable_entries(f, "o-1").empty());
 }

@@ -28,7 +28,7 @@ TEST_CASE("a sleep stores its wake time: after a restart only the remainder is w
   CHECK_FALSE(second->run_one());
   f.db.advance_clock(4100ms);
   REQUIRE(second->run_one());
-  CHECK(f.client().get("i-1").output == "awake");
+  CHECK(f.client().get(InstanceId("i-1")).output == "awake");
 }
 
 TEST_CASE("sleep_until waits for an absolute time on the database clock") {
@@ -58,20 +58,21 @@ TEST_CASE("events sent before the wait are buffered and taken in order, each by 
     return got;
   });
   f.create("collector", "i-1");
-  CHECK(f.client().send_event("i-1", "vote", {{"n", 1}}, "d1"));
-  CHECK(f.client().send_event("i-1", "vote", {{"n", 2}}, "d2"));
-  CHECK_FALSE(f.client().send_event("i-1", "vote", {{"n", 99}}, "d2"));  // same dedupe key
+  CHECK(f.client().send_event(InstanceId("i-1"), "vote", {{"n", 1}}, "d1"));
+  CHECK(f.client().send_event(InstanceId("i-1"), "vote", {{"n", 2}}, "d2"));
+  CHECK_FALSE(
+      f.client().send_event(InstanceId("i-1"), "vote", {{"n", 99}}, "d2"));  // same dedupe key
   auto executor = f.executor();
   REQUIRE(executor->run_one());  // takes 1 and 2, waits for the third
   CHECK(f.status("i-1") == InstanceStatus::waiting);
-  CHECK(f.client().send_event("i-1", "vote", {{"n", 3}}, "d3"));
+  CHECK(f.client().send_event(InstanceId("i-1"), "vote", {{"n", 3}}, "d3"));
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.status == InstanceStatus::complete);
   CHECK(i.output == json::array({{{"n", 1}}, {{"n", 2}}, {{"n", 3}}}));
   CHECK(f.sql("SELECT count(DISTINCT consumed_by) FROM wf_events WHERE instance_id = 'i-1'")[0][0]
             .as<int>() == 3);
-  CHECK_THROWS_AS(f.client().send_event("nope", "vote", json::object(), "d"), NotFound);
+  CHECK_THROWS_AS(f.client().send_event(InstanceId("nope"), "vote", json::object(), "d"), NotFound);
 }
 
 TEST_CASE("a wait takes only an event of its type whose payload contains its match") {
@@ -80,14 +81,14 @@ TEST_CASE("a wait takes only an event of its type whose payload contains its mat
     return step.wait_for_event("mine", EventWait{"done", {{"run", "b"}}, 60s});
   });
   f.create("picky", "i-1");
-  f.client().send_event("i-1", "done", {{"run", "a"}, {"x", 1}}, "e1");
-  f.client().send_event("i-1", "other", {{"run", "b"}}, "e2");
+  f.client().send_event(InstanceId("i-1"), "done", {{"run", "a"}, {"x", 1}}, "e1");
+  f.client().send_event(InstanceId("i-1"), "other", {{"run", "b"}}, "e2");
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   CHECK(f.status("i-1") == InstanceStatus::waiting);
-  f.client().send_event("i-1", "done", {{"run", "b"}, {"x", 2}}, "e3");
+  f.client().send_event(InstanceId("i-1"), "done", {{"run", "b"}, {"x", 2}}, "e3");
   REQUIRE(executor->run_one());
-  CHECK(f.client().get("i-1").output == json{{"run", "b"}, {"x", 2}});
+  CHECK(f.client().get(InstanceId("i-1")).output == json{{"run", "b"}, {"x", 2}});
   // The others stay buffered for a later wait.
   CHECK(f.sql("SELECT count(*) FROM wf_events WHERE consumed_by IS NULL")[0][0].as<int>() == 2);
 }
@@ -110,11 +111,12 @@ TEST_CASE("a wait that times out says which wait, and the timeout is re-thrown o
   auto executor = f.executor();
   REQUIRE(executor->run_one());
   f.db.advance_clock(5100ms);
-  REQUIRE(executor->run_one());                                      // times out; sleeps
-  f.client().send_event("i-1", "approval", json::object(), "late");  // too late for that wait
+  REQUIRE(executor->run_one());  // times out; sleeps
+  f.client().send_event(InstanceId("i-1"), "approval", json::object(),
+                        "late");  // too late for that wait
   f.db.advance_clock(1100ms);
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.status == InstanceStatus::complete);
   CHECK(i.output.get<std::string>().find("wait approval#1 for event 'approval'") !=
         std::string::npos);
@@ -146,12 +148,12 @@ TEST_CASE(
   failpoint::arm("coordinator.after_write", failpoint::Action::pause);
   std::thread replay([&] { executor->run_one(); });
   REQUIRE(failpoint::wait_until_paused("coordinator.after_write", 10s));
-  f.client().send_event("i-1", "ping", {{"n", 1}}, "p1");
+  f.client().send_event(InstanceId("i-1"), "ping", {{"n", 1}}, "p1");
   failpoint::release("coordinator.after_write");
   replay.join();
   CHECK(f.status("i-1") == InstanceStatus::waiting);
   REQUIRE(executor->run_one());  // due at once, not in an hour
-  CHECK(f.client().get("i-1").output == json{{"n", 1}});
+  CHECK(f.client().get(InstanceId("i-1")).output == json{{"n", 1}});
 }
 
 TEST_CASE("spawn dispatches one child per step, and its end reaches the instance as an event") {
@@ -181,7 +183,7 @@ TEST_CASE("spawn dispatches one child per step, and its end reaches the instance
   f.ledger.finish(claim[0].run.run_id, claim[0].run.generation, ledger::RunStatus::finished,
                   {{"ok", true}});
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("ship-1");
+  const auto i = f.client().get(InstanceId("ship-1"));
   CHECK(i.status == InstanceStatus::complete);
   CHECK(i.output == json{{"child", children[0][0].c_str()}, {"status", "finished"}});
 }
@@ -202,7 +204,7 @@ TEST_CASE("an instance past its maximum duration is errored, naming the step it 
   // Waiting on a sleep of an hour, but woken at the deadline.
   f.db.advance_clock(61s);
   REQUIRE(executor->run_one());
-  const auto i = f.client().get("i-1");
+  const auto i = f.client().get(InstanceId("i-1"));
   CHECK(i.status == InstanceStatus::errored);
   CHECK(i.error["kind"] == "deadline");
   CHECK(i.error["step"] == "long-nap#1");

@@ -8,6 +8,7 @@
 #include <future>
 #include <string>
 
+#include "errors/errors.h"
 #include "failpoint/failpoint.h"
 
 using namespace runledger;
@@ -131,10 +132,12 @@ TEST_CASE("a pause armed from the environment holds the thread that hits it") {
 }
 
 TEST_CASE("a malformed failpoint spec is refused") {
-  setenv("RUNLEDGER_FAILPOINTS", "no-action", 1);
-  CHECK_THROWS_AS(failpoint::arm_from_environment(), std::invalid_argument);
-  setenv("RUNLEDGER_FAILPOINTS", "x=stop", 1);
-  CHECK_THROWS_AS(failpoint::arm_from_environment(), std::invalid_argument);
+  for (const char* spec :
+       {"no-action", "x=stop", "x=kill@", "x=kill@0", "x=kill@2x", "x=pause@-1"}) {
+    INFO(spec);
+    setenv("RUNLEDGER_FAILPOINTS", spec, 1);
+    CHECK_THROWS_AS(failpoint::arm_from_environment(), InvalidArgument);
+  }
   unsetenv("RUNLEDGER_FAILPOINTS");
   failpoint::disarm_all();
 }

@@ -6,9 +6,9 @@
 #include <catch2/catch.hpp>
 #include <pqxx/pqxx>
 
-#include "ship/ship.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
+#include "ship/ship.h"
 #include "tests/support/test_database.h"
 
 using namespace runledger;
