@@ -3,20 +3,27 @@
 // bot-1 armed to SIGKILL itself right after the coding child's push, and restarts it: the run is
 // reclaimed, the push settled as unsafe and re-checked), then the story is printed as a timeline
 // read back from the database, and a marker makes it happen only once.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "cli/cli.h"
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
+#include "ledger/ledger.h"
 #include "migrations/migrations.h"
+#include "paging/paging.h"
 #include "pg/pg.h"
 #include "ship/ship.h"
 #include "subprocess/subprocess.h"
+#include "transcript/transcript.h"
 
 namespace runledger::cli {
 namespace {
@@ -28,33 +35,81 @@ constexpr const char* kMarker = "demo.ship";
 constexpr const char* kThread = "demo";
 constexpr const char* kRequester = "demo-user";
 
-// What happened, from the database: the thread's messages, the instance's history, its children
-// (dispatched, settled steps, ends with their takeovers), in time order.
-constexpr pg::Statement kTimeline{"demo_timeline", R"sql(
-  SELECT to_char(at, 'HH24:MI:SS.MS'), what FROM (
-    SELECT created_at AS at, 'thread    | ' || body AS what
-      FROM thread_messages WHERE thread_key = $1
-    UNION ALL
-    SELECT h.at, 'pipeline  | ' || h.what || coalesce(' ' || h.step_key, '')
-      FROM wf_history h
-      WHERE h.instance_id = $2 AND h.what IN ('created', 'spawned', 'event received', 'waiting',
-                                              'taken over', 'complete', 'errored')
-    UNION ALL
-    SELECT r.created_at, 'child run | ' || left(r.run_id::text, 8) || ' (' ||
-           coalesce(r.profile->>'kind', '?') || ') dispatched'
-      FROM live_runs r WHERE r.parent_instance_id = $2
-    UNION ALL
-    SELECT s.finished_at, 'child run | ' || left(s.run_id::text, 8) || ' step ' || s.step_no ||
-           ' (' || s.tool || ') settled after a restart: ' || (s.settlement->>'rule') ||
-           ', generation ' || s.result_generation
-      FROM run_steps s JOIN live_runs r USING (run_id)
-      WHERE r.parent_instance_id = $2 AND s.settlement IS NOT NULL
-    UNION ALL
-    SELECT r.finished_at, 'child run | ' || left(r.run_id::text, 8) || ' ' || r.status ||
-           ' at generation ' || r.generation || ' (' || r.takeovers || ' takeover(s))'
-      FROM live_runs r WHERE r.parent_instance_id = $2 AND r.finished_at IS NOT NULL
-  ) t ORDER BY at, what
-)sql"};
+// One line of the demo's story: when, as PostgreSQL prints a timestamptz (the pool's sessions
+// are in UTC) with the fraction padded to six digits, so that comparing the texts compares the
+// times; and what.
+struct StoryLine {
+  std::string at;  // "YYYY-MM-DD HH:MM:SS.ffffff"
+  std::string what;
+  auto operator<=>(const StoryLine&) const = default;
+};
+
+// PostgreSQL drops a fraction's trailing zeros ("12:34:56.5+00", "12:34:56+00").
+std::string microsecond_time(std::string_view timestamptz) {
+  constexpr std::size_t kSecondsEnd = 19;  // "YYYY-MM-DD HH:MM:SS"
+  std::string fraction;
+  if (timestamptz.size() > kSecondsEnd && timestamptz[kSecondsEnd] == '.') {
+    const auto digits = timestamptz.substr(kSecondsEnd + 1);
+    fraction = digits.substr(0, digits.find_first_not_of("0123456789"));
+  }
+  fraction.resize(6, '0');
+  return std::string(timestamptz.substr(0, kSecondsEnd)) + "." + fraction;
+}
+
+// The child's profile's "kind" as text, "?" when it has none.
+std::string kind_of(const json& profile) {
+  const auto kind = profile.find("kind");
+  if (kind == profile.end() || kind->is_null()) return "?";
+  return kind->is_string() ? kind->get<std::string>() : kind->dump();
+}
+
+// What happened, read back through the owning modules: the thread's messages, the instance's
+// history, its child runs (dispatched, steps settled after a restart, ends with their takeovers),
+// in time order (ties by text).
+std::vector<StoryLine> story(pg::Pool& pool, coordinator::Coordinator& client,
+                             const InstanceId& instance) {
+  std::vector<StoryLine> lines;
+  const auto add = [&](std::string_view at, std::string what) {
+    lines.push_back({microsecond_time(at), std::move(what)});
+  };
+  ship::ThreadOutbox outbox(pool);
+  for (const auto& message : paging::all_pages(
+           [&](const paging::PageRequest& page) { return outbox.messages(kThread, page); })) {
+    add(message.created_at, "thread    | " + message.body);
+  }
+  static const std::set<std::string, std::less<>> kPipelineEvents = {
+      "created", "spawned", "event received", "waiting", "taken over", "complete", "errored"};
+  for (const auto& entry : client.history(instance)) {
+    if (!kPipelineEvents.contains(entry.what)) continue;
+    add(entry.at, "pipeline  | " + entry.what + (entry.step_key ? " " + *entry.step_key : ""));
+  }
+  ledger::Ledger ledger(pool);
+  transcript::Store store(pool, ledger);
+  ledger::RunFilter children;
+  children.parent_instance = instance.value();
+  children.limit = 1000;  // the pipeline spawns a handful
+  for (const auto& run : ledger.list(children)) {
+    const std::string child = "child run | " + run.run_id.value().substr(0, 8);
+    add(run.created_at, child + " (" + kind_of(run.profile) + ") dispatched");
+    for (const auto& step : paging::all_pages([&](const paging::PageRequest& page) {
+           return store.step_timeline(run.run_id, page);
+         })) {
+      // A settlement completes its step: it has a result generation and a finish time.
+      if (step.settlement.is_null()) continue;
+      add(step.finished_at.value(),
+          child + " step " + std::to_string(step.step_no.value()) + " (" + step.tool +
+              ") settled after a restart: " + step.settlement.value("rule", "?") + ", generation " +
+              std::to_string(step.result_generation.value().value()));
+    }
+    if (run.finished_at) {
+      add(*run.finished_at, child + " " + std::string(ledger::to_string(run.status)) +
+                                " at generation " + std::to_string(run.generation.value()) + " (" +
+                                std::to_string(run.takeovers) + " takeover(s))");
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
 
 void run_checked(const std::vector<std::string>& argv, const fs::path& dir) {
   const auto child = subprocess::run_child(argv, {}, dir, 1 << 16);
@@ -130,12 +185,8 @@ int demo(const Arguments& args) {
     instance = client.get(id);
   }
   std::printf("\n=== first-start demo: a chat request shipped end to end ===\n");
-  {
-    auto conn = pool.acquire();
-    pqxx::nontransaction tx(*conn);
-    for (const auto& row : pg::exec(tx, kTimeline, std::string(kThread), id.value())) {
-      std::printf("%s  %s\n", row[0].c_str(), row[1].c_str());
-    }
+  for (const auto& line : story(pool, client, id)) {
+    std::printf("%s  %s\n", line.at.substr(11, 12).c_str(), line.what.c_str());  // HH:MM:SS.mmm
   }
   migrations::mark_once(pool, kMarker);
   std::printf("result: %s %s\n", std::string(coordinator::to_string(instance.status)).c_str(),

@@ -17,15 +17,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void log_status(pg::Pool& pool) {
-  auto conn = pool.acquire();
-  pqxx::nontransaction tx(*conn);
-  constexpr pg::Statement kCounts{
-      "service_run_counts",
-      "SELECT status, count(*) FROM live_runs GROUP BY status ORDER BY status"};
+void log_status(ledger::Ledger& ledger) {
   std::string line;
-  for (const auto& row : pg::exec(tx, kCounts)) {
-    line += row[0].as<std::string>() + "=" + row[1].as<std::string>() + " ";
+  for (const auto& count : ledger.count_by_status()) {
+    line += std::string(ledger::to_string(count.status)) + "=" + std::to_string(count.runs) + " ";
   }
   spdlog::info("runs: {}", line.empty() ? "none" : line);
 }
@@ -60,7 +55,7 @@ int service(const Arguments& args) {
   };
   std::function<void()> status = [&] {
     try {
-      log_status(pool);
+      log_status(ledger);
     } catch (const std::exception& e) {
       spdlog::error("status query failed: {}", e.what());
     }

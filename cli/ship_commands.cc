@@ -12,6 +12,7 @@
 #include "cli/workflows.h"
 #include "coordinator/coordinator.h"
 #include "errors/errors.h"
+#include "paging/paging.h"
 #include "ship/ship.h"
 
 namespace runledger::cli {
@@ -60,8 +61,12 @@ int ship(const Arguments& args) {
 int threads_show(const Arguments& args) {
   pg::Pool pool(database_url(), 1);
   ship::ThreadOutbox outbox(pool);
-  for (const auto& m : outbox.messages(args.positional("THREAD"))) {
-    std::printf("%s  %s\n", m.created_at.c_str(), m.body.c_str());
+  const std::string thread = args.positional("THREAD");
+  const auto newest_first = paging::all_pages(
+      [&](const paging::PageRequest& page) { return outbox.messages(thread, page); });
+  // Printed as a chat reads: oldest first.
+  for (auto m = newest_first.rbegin(); m != newest_first.rend(); ++m) {
+    std::printf("%s  %s\n", m->created_at.c_str(), m->body.c_str());
   }
   return 0;
 }

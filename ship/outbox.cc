@@ -5,6 +5,11 @@
 #include "ship/statements.h"
 
 namespace runledger::ship {
+namespace {
+
+constexpr paging::Listing kMessagesListing{"thread_messages", true, paging::is_integer_id};
+
+}  // namespace
 
 ThreadOutbox::ThreadOutbox(pg::Pool& pool) : pool_(pool) {}
 
@@ -17,15 +22,28 @@ bool ThreadOutbox::post(const std::string& thread_key, const std::string& dedupe
   return !pg::exec(tx, sql::kPost, thread_key, dedupe_key, body).empty();
 }
 
-std::vector<ThreadMessage> ThreadOutbox::messages(const std::string& thread_key) {
+paging::Page<ThreadMessage> ThreadOutbox::messages(const std::string& thread_key,
+                                                   const paging::PageRequest& page) {
+  const auto after = paging::start_after(kMessagesListing, page);
+  std::optional<std::string> after_at, after_id;
+  if (after) {
+    after_at = std::to_string(*after->at_us);
+    after_id = after->id;
+  }
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  std::vector<ThreadMessage> out;
-  for (const auto& row : pg::exec(tx, sql::kMessages, thread_key)) {
-    out.push_back({row[0].as<std::int64_t>(), row[1].as<std::string>(), row[2].as<std::string>(),
-                   row[3].as<std::string>(), row[4].as<std::string>()});
-  }
-  return out;
+  const auto rows = pg::exec(tx, sql::kMessagesPage, thread_key, pg::nullable(after_at),
+                             pg::nullable(after_id), page.limit + 1);
+  return paging::page_of<ThreadMessage>(
+      rows, kMessagesListing, page.limit,
+      [](const pqxx::row& row) {
+        return ThreadMessage{row[0].as<std::int64_t>(), row[1].as<std::string>(),
+                             row[2].as<std::string>(), row[3].as<std::string>(),
+                             row[4].as<std::string>()};
+      },
+      [](const pqxx::row& row) {
+        return paging::Position{row["position_at"].as<std::int64_t>(), row["id"].as<std::string>()};
+      });
 }
 
 Policy::Policy(pg::Pool& pool) : pool_(pool) {}

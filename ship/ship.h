@@ -12,6 +12,8 @@
 //    deploy, whatever sha it is asked for later).
 //  - ThreadOutbox::post() posts a message once per (thread, dedupe key): a repeat returns false
 //    and changes nothing.
+//    ThreadOutbox::messages() reads a thread's messages newest first (created_at, then id), a
+//    page at a time (paging/paging.h).
 //  - Policy: a requester may do what it was granted (requester_capabilities); nothing else.
 //  - Failures of git are std::runtime_error with git's output; bad arguments InvalidArgument.
 //
@@ -27,6 +29,7 @@
 
 #include "coordinator/coordinator.h"
 #include "ledger/ledger.h"
+#include "paging/paging.h"
 #include "pg/pg.h"
 
 namespace runledger::ship {
@@ -126,7 +129,9 @@ class ThreadOutbox {
   explicit ThreadOutbox(pg::Pool& pool);
   // True when posted now; false when (thread, dedupe_key) was posted before.
   bool post(const std::string& thread_key, const std::string& dedupe_key, const std::string& body);
-  std::vector<ThreadMessage> messages(const std::string& thread_key);
+  // InvalidArgument for a cursor another listing made (or none made), or a limit outside 1-1000.
+  paging::Page<ThreadMessage> messages(const std::string& thread_key,
+                                       const paging::PageRequest& page);
 
  private:
   pg::Pool& pool_;

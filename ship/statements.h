@@ -61,10 +61,20 @@ inline constexpr pg::Statement kPost{
     "INSERT INTO thread_messages (thread_key, dedupe_key, body) VALUES ($1, $2, $3) "
     "ON CONFLICT (thread_key, dedupe_key) DO NOTHING RETURNING id"};
 
-inline constexpr pg::Statement kMessages{
-    "ship_messages",
-    "SELECT id, thread_key, dedupe_key, body, created_at::text FROM thread_messages "
-    "WHERE thread_key = $1 ORDER BY id"};
+// A page of a thread's messages, newest first: $1 the thread; $2, $3 the position of the previous
+// page's last message (microseconds since the epoch, id), NULL for the first page; $4 the rows to
+// fetch (the page's limit + 1). The row comparison is the index condition of
+// thread_messages_by_thread_created (migration 0015): one backward index scan from the position.
+// (created_text: an output column named created_at would be what ORDER BY sorts, as text.)
+inline constexpr pg::Statement kMessagesPage{"ship_messages_page", R"sql(
+  SELECT id, thread_key, dedupe_key, body, created_at::text AS created_text,
+         (extract(epoch FROM created_at) * 1000000)::bigint AS position_at
+  FROM thread_messages
+  WHERE thread_key = $1 AND (created_at, id) < (
+    coalesce('epoch'::timestamptz + $2::bigint * interval '1 microsecond', 'infinity'),
+    coalesce($3::bigint, 9223372036854775807))
+  ORDER BY created_at DESC, id DESC LIMIT $4
+)sql"};
 
 inline constexpr pg::Statement kAllows{
     "ship_allows", "SELECT 1 FROM requester_capabilities WHERE requester = $1 AND capability = $2"};

@@ -12,6 +12,13 @@ namespace {
 constexpr std::string_view kKindNames[] = {"system", "user", "assistant", "tool_result",
                                            "synthetic"};
 
+// For reads of the run row: no row, no run.
+void require_run(const pqxx::result& rows, const RunId& run) {
+  if (rows.empty()) {
+    throw NotFound("run " + run.value() + " does not exist", {{"run_id", run.value()}});
+  }
+}
+
 }  // namespace
 
 std::string_view to_string(EntryKind kind) {
@@ -66,17 +73,26 @@ Head Store::head(const RunId& run) {
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   const auto rows = pg::exec(tx, sql::kHead, run.value());
-  if (rows.empty())
-    throw NotFound("run " + run.value() + " does not exist", {{"run_id", run.value()}});
+  require_run(rows, run);
   return {rows[0][0].as<std::int64_t>(), digest_from(rows[0][1])};
+}
+
+Summary Store::summary(const RunId& run) {
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kSummary, run.value());
+  require_run(rows, run);
+  return {
+      rows[0]["entries"].as<std::int64_t>(),
+      rows[0]["bytes"].as<std::int64_t>(),
+      {rows[0]["transcript_seq"].as<std::int64_t>(), digest_from(rows[0]["transcript_sha256"])}};
 }
 
 std::string Store::system_prompt(const RunId& run) {
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   const auto rows = pg::exec(tx, sql::kSystemPrompt, run.value());
-  if (rows.empty())
-    throw NotFound("run " + run.value() + " does not exist", {{"run_id", run.value()}});
+  require_run(rows, run);
   return rows[0][0].is_null() ? std::string() : bytes_from(rows[0][0]);
 }
 

@@ -162,6 +162,25 @@ inline constexpr pg::Statement kCountEntriesOfKind{
     "transcript_count_entries_of_kind",
     "SELECT count(*) FROM transcript_entries WHERE run_id = $1::uuid AND kind = $2"};
 
+// The head from the run row, and the count and total size of its entries: octet_length() of a
+// body stored out of line reads its size from the TOAST pointer, not the body.
+inline constexpr pg::Statement kSummary{"transcript_summary", R"sql(
+  SELECT r.transcript_seq, r.transcript_sha256, e.entries, e.bytes
+  FROM live_runs r,
+       LATERAL (SELECT count(*) AS entries, coalesce(sum(octet_length(body)), 0) AS bytes
+                FROM transcript_entries WHERE run_id = r.run_id) e
+  WHERE r.run_id = $1::uuid
+)sql"};
+
+// A page of the run's steps after step $2 (NULL: from the first), $3 rows (the page's limit + 1):
+// a range scan of run_steps' primary key (run_id, step_no).
+inline constexpr pg::Statement kStepTimeline{"transcript_step_timeline", R"sql(
+  SELECT step_no, tool, call_id, effect_key, state, intent_generation, result_generation,
+         settlement::text AS settlement, started_at, finished_at
+  FROM run_steps WHERE run_id = $1::uuid AND step_no > coalesce($2::bigint, 0)
+  ORDER BY step_no LIMIT $3
+)sql"};
+
 inline constexpr pg::Statement kNextStepNo{
     "transcript_next_step_no",
     "SELECT coalesce(max(step_no), 0) + 1 FROM run_steps WHERE run_id = $1::uuid"};

@@ -65,16 +65,24 @@ void check_outcome(const StepOutcome& outcome, std::size_t max_result_bytes) {
   }
 }
 
+std::optional<std::string> optional_text(const pqxx::field& f) {
+  return f.is_null() ? std::nullopt : std::optional<std::string>(f.as<std::string>());
+}
+
+std::optional<Generation> optional_generation(const pqxx::field& f) {
+  return f.is_null() ? std::nullopt : std::optional<Generation>(Generation(f.as<std::int64_t>()));
+}
+
+// A jsonb column selected as text; JSON null for SQL NULL.
+nlohmann::json json_field(const pqxx::field& f) {
+  return f.is_null() ? nlohmann::json() : nlohmann::json::parse(f.as<std::string>());
+}
+
 Step step_from_row(const pqxx::row& row) {
-  const auto optional_text = [](const pqxx::field& f) {
-    return f.is_null() ? std::nullopt : std::optional<std::string>(f.as<std::string>());
-  };
   return Step{
       StepNo(row["step_no"].as<std::int64_t>()),
       Generation(row["intent_generation"].as<std::int64_t>()),
-      row["result_generation"].is_null()
-          ? std::nullopt
-          : std::optional<Generation>(Generation(row["result_generation"].as<std::int64_t>())),
+      optional_generation(row["result_generation"]),
       row["tool"].as<std::string>(),
       row["call_id"].as<std::string>(),
       nlohmann::json::parse(row["args"].as<std::string>()),
@@ -83,8 +91,7 @@ Step step_from_row(const pqxx::row& row) {
       row["result"].is_null() ? std::nullopt
                               : std::optional<std::string>(bytes_from(row["result"])),
       optional_text(row["error"]),
-      row["settlement"].is_null() ? nlohmann::json()
-                                  : nlohmann::json::parse(row["settlement"].as<std::string>()),
+      json_field(row["settlement"]),
       row["result_seq"].is_null()
           ? std::nullopt
           : std::optional<std::int64_t>(row["result_seq"].as<std::int64_t>()),
@@ -92,6 +99,24 @@ Step step_from_row(const pqxx::row& row) {
       optional_text(row["finished_at"]),
   };
 }
+
+TimelineStep timeline_step_from_row(const pqxx::row& row) {
+  return TimelineStep{
+      .step_no = StepNo(row["step_no"].as<std::int64_t>()),
+      .tool = row["tool"].as<std::string>(),
+      .call_id = row["call_id"].as<std::string>(),
+      .effect_key = row["effect_key"].as<std::string>(),
+      .state = parse_step_state(row["state"].as<std::string>()),
+      .intent_generation = Generation(row["intent_generation"].as<std::int64_t>()),
+      .result_generation = optional_generation(row["result_generation"]),
+      .settlement = json_field(row["settlement"]),
+      .started_at = row["started_at"].as<std::string>(),
+      .finished_at = optional_text(row["finished_at"]),
+  };
+}
+
+// Step numbers are unique per run: the timeline is ordered by them alone.
+constexpr paging::Listing kStepTimelineListing{"step_timeline", false, paging::is_integer_id};
 
 // Runs a completion statement with the outcome's result or error as the non-NULL one.
 template <class... Extra>
@@ -256,6 +281,18 @@ std::vector<Step> Store::steps(const RunId& run) {
   std::vector<Step> out;
   for (const auto& row : pg::exec(tx, sql::kSteps, run.value())) out.push_back(step_from_row(row));
   return out;
+}
+
+paging::Page<TimelineStep> Store::step_timeline(const RunId& run, const paging::PageRequest& page) {
+  const auto after = paging::start_after(kStepTimelineListing, page);
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto rows = pg::exec(tx, sql::kStepTimeline, run.value(),
+                             after ? after->id.c_str() : nullptr, page.limit + 1);
+  return paging::page_of<TimelineStep>(
+      rows, kStepTimelineListing, page.limit, timeline_step_from_row, [](const pqxx::row& row) {
+        return paging::Position{std::nullopt, row["step_no"].as<std::string>()};
+      });
 }
 
 StepNo Store::next_step_no(const RunId& run) {

@@ -23,6 +23,9 @@
 //    result that never reached the transcript is found without parsing transcript bytes.
 //  - read() streams: memory is bounded by Options::read_page_entries * read_slice_bytes plus the
 //    largest single entry, whatever the transcript's size.
+//  - Reads for a dashboard, one statement each: summary() (entry count, total bytes and head,
+//    reading no entry's body) and step_timeline() (the steps in step order, without their args
+//    and results, paged by step_no: paging/paging.h).
 //
 // Thread-safety: Store is thread-safe (each call borrows its own pooled connection).
 #pragma once
@@ -39,6 +42,7 @@
 #include "digest/digest.h"
 #include "ids/ids.h"
 #include "ledger/ledger.h"
+#include "paging/paging.h"
 #include "pg/pg.h"
 
 namespace runledger::transcript {
@@ -117,6 +121,31 @@ struct Step {
   std::optional<std::string> finished_at;
 };
 
+// What a run's transcript holds, without reading it.
+struct Summary {
+  std::int64_t entries;  // entries stored
+  std::int64_t bytes;    // the total size of their bodies
+  Head head;             // as kept on the run row
+};
+
+// One step of a run's timeline: what it is, where it stands and when, without its args, result or
+// error (steps() has those).
+struct TimelineStep {
+  StepNo step_no;
+  std::string tool;
+  std::string call_id;
+  std::string effect_key;
+  StepState state;
+  Generation intent_generation;
+  std::optional<Generation> result_generation;
+  // How settlement handled the step ({"rule", "generation", "effect_class"}); null when it did
+  // not. The step record holds no other effect class: the bot's configuration classifies tools
+  // (settlement::EffectClasses).
+  nlohmann::json settlement;
+  std::string started_at;
+  std::optional<std::string> finished_at;
+};
+
 struct TurnWritten {
   std::int64_t seq;                      // of the assistant entry
   std::vector<std::string> effect_keys;  // one per intent, in order
@@ -167,6 +196,13 @@ class Store {
   std::int64_t append_tool_result(const RunId& run, Generation generation, StepNo step,
                                   std::string_view tool_result,
                                   const nlohmann::json& settlement = nullptr);
+
+  // NotFound for an unknown run.
+  Summary summary(const RunId& run);
+  // The run's steps in step order, a page at a time; a run without steps (or none at all) has an
+  // empty page. InvalidArgument for a cursor another listing made (or none made) or a limit
+  // outside 1-1000.
+  paging::Page<TimelineStep> step_timeline(const RunId& run, const paging::PageRequest& page);
 
   // The newest entry of `kind`, if any; and how many there are.
   std::optional<Entry> last_entry(const RunId& run, EntryKind kind);

@@ -130,10 +130,10 @@ TEST_CASE("a thread message is posted once per dedupe key") {
   CHECK(outbox.post("thread-1", "ship-1/started", "Working on it."));
   CHECK_FALSE(outbox.post("thread-1", "ship-1/started", "Working on it (again)."));
   CHECK(outbox.post("thread-1", "ship-1/done", "Done."));
-  const auto messages = outbox.messages("thread-1");
+  const auto messages = outbox.messages("thread-1", {}).items;  // newest first
   REQUIRE(messages.size() == 2);
-  CHECK(messages[0].body == "Working on it.");
-  CHECK(outbox.messages("thread-2").empty());
+  CHECK(messages[1].body == "Working on it.");
+  CHECK(outbox.messages("thread-2", {}).items.empty());
 }
 
 TEST_CASE("the policy allows what was granted and nothing else") {
