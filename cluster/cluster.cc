@@ -243,10 +243,12 @@ bool EmbeddedCluster::State::postmaster_alive() const {
   const auto status =
       detail::run({tool("pg_ctl"), "status", "-D", pgdata().string()}, options.root, server_user);
   constexpr int kNotRunning = 3;  // also for a stale pid file, which pg_ctl start copes with
-  if (status.exit_code != 0 && status.exit_code != kNotRunning) {
-    throw std::runtime_error("pg_ctl status failed: " + status.output);
+  const int code = status.exit.shell_status();
+  if (code != 0 && code != kNotRunning) {
+    throw std::runtime_error("pg_ctl status failed (" + status.exit.to_string() +
+                             "): " + status.output);
   }
-  return status.exit_code == 0;
+  return code == 0;
 }
 
 // A server left by a killed owner is stopped, never adopted: its port and settings are the dead
@@ -258,7 +260,7 @@ void EmbeddedCluster::State::stop_leftover_postmaster() const {
   const auto stopped = detail::run(stop_command(), options.root, server_user);
   // pg_ctl stop fails when the postmaster dies without removing its pid file (it was killed
   // too, just before or meanwhile); all that matters here is that it is gone.
-  if (stopped.exit_code != 0 && postmaster_alive()) {
+  if (!stopped.exit.success() && postmaster_alive()) {
     throw std::runtime_error("cannot stop the leftover postmaster: " + stopped.output);
   }
 }
