@@ -1,8 +1,6 @@
 // pgbench as the reference on the benches' server: its arguments from a postgresql:// URL, its
-// runs, its figures, and the script files it reads.
-#include <fcntl.h>
+// runs (through subprocess::run), its figures, and the script files it reads.
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +10,7 @@
 #include <system_error>
 
 #include "bench/bench_support.h"
-
-extern char** environ;
+#include "subprocess/subprocess.h"
 
 namespace runledger::bench {
 namespace {
@@ -44,88 +41,6 @@ std::pair<std::string_view, std::string_view> split_first(std::string_view text,
   const auto at = text.find(separator);
   if (at == std::string_view::npos) return {text, {}};
   return {text.substr(0, at), text.substr(at + 1)};
-}
-
-// ---------------------------------------------------------------------------------------------
-// Child processes
-
-struct ProcessResult {
-  int exit_code;       // -1 when killed by a signal
-  std::string output;  // stdout and stderr, interleaved
-};
-
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-// Our environment plus `extra` (NAME=value entries replacing ours of the same name).
-std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view name = split_first(*entry, '=').first;
-    const bool replaced = std::any_of(extra.begin(), extra.end(), [&](const std::string& e) {
-      return split_first(e, '=').first == name;
-    });
-    if (!replaced) env.emplace_back(*entry);
-  }
-  env.insert(env.end(), extra.begin(), extra.end());
-  return env;
-}
-
-std::string read_all(int fd) {
-  std::string out;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n > 0) {
-      out.append(buffer, static_cast<std::size_t>(n));
-    } else if (n == 0) {
-      return out;
-    } else if (errno != EINTR) {
-      throw std::system_error(errno, std::generic_category(), "reading pgbench output");
-    }
-  }
-}
-
-// Runs argv[0] (an absolute path) with an explicit argv, no shell, and waits for it. Everything
-// the child needs is built before fork(): only async-signal-safe calls may follow it.
-ProcessResult run_process(std::vector<std::string> argv,
-                          const std::vector<std::string>& extra_env) {
-  std::vector<std::string> env = environment_with(extra_env);
-  const std::vector<char*> c_argv = c_strings(argv);
-  const std::vector<char*> c_env = c_strings(env);
-  int output[2];
-  if (pipe2(output, O_CLOEXEC) != 0)
-    throw std::system_error(errno, std::generic_category(), "pipe");
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int error = errno;
-    close(output[0]);
-    close(output[1]);
-    throw std::system_error(error, std::generic_category(), "fork");
-  }
-  if (pid == 0) {
-    if (dup2(output[1], STDOUT_FILENO) < 0 || dup2(output[1], STDERR_FILENO) < 0) _exit(127);
-    execve(c_argv[0], c_argv.data(), c_env.data());
-    _exit(127);
-  }
-  close(output[1]);
-  std::string text;
-  try {
-    text = read_all(output[0]);
-  } catch (...) {
-    close(output[0]);
-    throw;
-  }
-  close(output[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "waitpid");
-  }
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, std::move(text)};
 }
 
 // "tps = 1234.5 (without initial connection time)": pgbench's figure that, like ours, leaves
@@ -228,13 +143,14 @@ std::string Pgbench::run(const std::vector<std::string>& options) const {
   if (!target_.port.empty()) argv.insert(argv.end(), {"-p", target_.port});
   if (!target_.user.empty()) argv.insert(argv.end(), {"-U", target_.user});
   argv.push_back(target_.database);
+  subprocess::Spawn pgbench(argv);
   // The password travels in the environment: an argument would show in ps.
-  std::vector<std::string> env;
-  if (!target_.password.empty()) env.push_back("PGPASSWORD=" + target_.password);
-  auto result = run_process(argv, env);
+  if (!target_.password.empty()) pgbench.env = {{"PGPASSWORD", target_.password}};
+  pgbench.output = subprocess::Output::capture;
+  auto result = subprocess::run(pgbench);
   check_interrupted();
-  if (result.exit_code != 0) {
-    throw std::runtime_error("pgbench exited with " + std::to_string(result.exit_code) + ":\n" +
+  if (!result.exit.success()) {
+    throw std::runtime_error("pgbench ended with " + result.exit.to_string() + ":\n" +
                              result.output);
   }
   return std::move(result.output);
