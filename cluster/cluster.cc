@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
@@ -26,6 +25,7 @@
 #include "cluster/owner_lock.h"
 #include "cluster/process.h"
 #include "ids/ids.h"
+#include "pg/pg.h"
 
 namespace runledger::cluster {
 namespace fs = std::filesystem;
@@ -113,22 +113,6 @@ void write_private_file(const fs::path& path, const std::string& content) {
   fs::rename(temporary, path);
 }
 
-std::string percent_encode(std::string_view text) {
-  static constexpr char kDigits[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (std::isalnum(byte) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += c;
-    } else {
-      out += '%';
-      out += kDigits[byte >> 4];
-      out += kDigits[byte & 0xF];
-    }
-  }
-  return out;
-}
-
 std::string settings_text(const Options& options, int port) {
   const std::string durable = options.durable ? "on" : "off";
   std::ostringstream out;
@@ -184,8 +168,8 @@ struct EmbeddedCluster::State {
   std::string timeout() const { return std::to_string(options.timeout.count()); }
 
   std::string url(std::string_view database) const {
-    return "postgresql://" + std::string(kUser) + ":" + percent_encode(password) +
-           "@127.0.0.1:" + std::to_string(port) + "/" + percent_encode(database);
+    return "postgresql://" + std::string(kUser) + ":" + pg::percent_encode(password) +
+           "@127.0.0.1:" + std::to_string(port) + "/" + pg::percent_encode(database);
   }
 
   std::string run(const std::vector<std::string>& argv) const {
