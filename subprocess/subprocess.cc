@@ -96,7 +96,7 @@ std::string resolve_program(const std::string& program, const std::vector<std::s
     if (colon == std::string_view::npos) break;
     path.remove_prefix(colon + 1);
   }
-  throw_errno("cannot execute " + program + ": not found on PATH", ENOENT);
+  throw_errno("cannot find " + program + " on PATH", ENOENT);
 }
 
 std::vector<char*> c_strings(std::vector<std::string>& strings) {

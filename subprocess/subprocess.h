@@ -35,7 +35,7 @@
 //  - find_os_user() resolves a user (uid, gid, home, supplementary groups) for Spawn::user.
 //  - append_line() writes `line` with one write() on an O_APPEND descriptor, then fsyncs.
 // Failed system calls throw std::system_error; nothing else is thrown but std::bad_alloc and
-// std::invalid_argument (an empty argv).
+// std::logic_error (an empty argv, a wait on a moved-from Child).
 //
 // Thread-safety: spawn(), run(), find_os_user() and append_line() are thread-safe. A Child is one
 // thread's at a time (any thread's: it is movable), like any object without locks.

@@ -276,7 +276,8 @@ TEST_CASE("a program that cannot be started throws naming the step, and leaves n
     FAIL("spawned a missing program");
   } catch (const std::system_error& e) {
     CHECK(e.code().value() == ENOENT);
-    CHECK(std::string(e.what()).find("runledger-no-such-program") != std::string::npos);
+    CHECK(std::string(e.what()).find("cannot find runledger-no-such-program on PATH") !=
+          std::string::npos);
   }
   try {
     spawn(Spawn({(dir.path / "missing").string()}));
