@@ -1,7 +1,8 @@
 // What the benches share: the server they run against (a throwaway durable embedded cluster, or
-// DATABASE_URL), pgbench as the reference on that server, timed client loops with latency
-// percentiles, what the server and the machine did meanwhile (LoadMeter), and a Ctrl-C that
-// stops measuring and unwinds (stopping the cluster). Private to bench/.
+// DATABASE_URL; scratch_server.cc), pgbench as the reference on that server (pgbench.cc), timed
+// client loops with latency percentiles and a Ctrl-C that stops measuring and unwinds, stopping
+// the cluster (measurement.cc), and what the server and the machine did meanwhile (LoadMeter,
+// load_meter.cc). Private to bench/.
 //
 // Thread-safety: measure() runs one thread per client and LoadMeter one sampling thread, each on
 // connections of their own; everything else is for the main thread.
@@ -30,15 +31,15 @@ namespace runledger::bench {
 using Clock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------------------------
-// Interruption: SIGINT/SIGTERM set a flag; measurements stop early and check_interrupted()
-// throws, so that main unwinds and stops the cluster (a Ctrl-C must not leave a postmaster
-// behind in /tmp).
+// Interruption (measurement.cc): SIGINT/SIGTERM set a flag; measurements stop early and
+// check_interrupted() throws, so that main unwinds and stops the cluster (a Ctrl-C must not leave a
+// postmaster behind in /tmp).
 
 void install_signal_handlers();
 void check_interrupted();  // throws std::runtime_error("interrupted") once interrupted
 
 // ---------------------------------------------------------------------------------------------
-// Command line: [--seconds N], N seconds per measurement (default 5).
+// Command line (measurement.cc): [--seconds N], N seconds per measurement (default 5).
 
 struct Args {
   int seconds = 5;
@@ -47,7 +48,7 @@ struct Args {
 Args parse_args(int argc, char** argv, std::string_view program);
 
 // ---------------------------------------------------------------------------------------------
-// Connection URLs
+// Connection URLs (pgbench.cc)
 
 // The parts of a postgresql:// URI that pgbench takes as separate arguments. Query parameters
 // (sslmode, ...) are not kept: the benches target a local server.
@@ -64,7 +65,7 @@ ConnInfo parse_url(std::string_view url);
 std::string url_without_password(std::string_view url);
 
 // ---------------------------------------------------------------------------------------------
-// The server
+// The server (scratch_server.cc)
 
 struct Server {
   std::optional<cluster::EmbeddedCluster> cluster;  // engaged unless DATABASE_URL is set
@@ -103,6 +104,9 @@ class ScratchDatabase {
   pqxx::connection conn_;
   bool warned_checkpoint_ = false;
 };
+
+// ---------------------------------------------------------------------------------------------
+// The load meter (load_meter.cc)
 
 // What the server and the machine did during a measurement: started before it, finished after.
 struct Load {
@@ -159,7 +163,7 @@ class LoadMeter {
 };
 
 // ---------------------------------------------------------------------------------------------
-// pgbench
+// pgbench (pgbench.cc)
 
 class Pgbench {
  public:
@@ -199,7 +203,7 @@ class TempFile {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Timed client loops
+// Timed client loops (measurement.cc)
 
 // Untimed operations per client before the clock starts: they prepare the statements on each
 // connection, as pgbench's first transactions do, and are not what a steady state costs.

@@ -2,10 +2,7 @@
 #include "bench/executor_process.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <stdexcept>
 
 namespace runledger::bench {
 namespace {
@@ -13,6 +10,14 @@ namespace {
 coordinator::Executor* g_executor = nullptr;
 void stop_executor(int) {
   if (g_executor) g_executor->request_stop();  // async-signal-safe
+}
+
+// This executable again, as `<program> --executor URL`.
+subprocess::Spawn executor_command(std::string_view program, const std::string& url) {
+  subprocess::Spawn command({std::string(program), "--executor", url});
+  command.program = "/proc/self/exe";
+  command.death_signal = SIGTERM;
+  return command;
 }
 
 }  // namespace
@@ -30,20 +35,12 @@ int run_executor_until_sigterm(const std::string& url, const coordinator::Regist
   return 0;
 }
 
-ExecutorProcess::ExecutorProcess(std::string_view program, const std::string& url) {
-  const std::string name(program);
-  pid_ = fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    execl("/proc/self/exe", name.c_str(), "--executor", url.c_str(), nullptr);
-    _exit(127);
-  }
-}
+ExecutorProcess::ExecutorProcess(std::string_view program, const std::string& url)
+    : child_(subprocess::spawn(executor_command(program, url))) {}
 
 ExecutorProcess::~ExecutorProcess() {
-  kill(pid_, SIGTERM);
-  int status = 0;
-  waitpid(pid_, &status, 0);
+  child_.kill(SIGTERM);
+  child_.wait();
 }
 
 }  // namespace runledger::bench

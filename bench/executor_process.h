@@ -3,12 +3,11 @@
 // workflows until SIGTERM (run_executor_until_sigterm). Private to bench/.
 #pragma once
 
-#include <sys/types.h>
-
 #include <string>
 #include <string_view>
 
 #include "coordinator/coordinator.h"
+#include "subprocess/subprocess.h"
 
 namespace runledger::bench {
 
@@ -18,17 +17,17 @@ int run_executor_until_sigterm(const std::string& url, const coordinator::Regist
                                int threads);
 
 // This program re-executed as `<program> --executor URL`; stopped with SIGTERM (and waited for)
-// when this goes.
+// when this goes, and sent SIGTERM by the kernel should this process die first.
 class ExecutorProcess {
  public:
   ExecutorProcess(std::string_view program, const std::string& url);
   ~ExecutorProcess();
   ExecutorProcess(const ExecutorProcess&) = delete;
   ExecutorProcess& operator=(const ExecutorProcess&) = delete;
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
 
  private:
-  pid_t pid_;
+  subprocess::Child child_;
 };
 
 }  // namespace runledger::bench

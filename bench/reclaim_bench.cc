@@ -21,9 +21,7 @@
 // database (the bench refuses one that holds runs of its own making from an earlier run).
 //
 // Not a test: it prints tables and fails only when something cannot run at all.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,6 +38,7 @@
 #include "bench/bench_support.h"
 #include "ledger/ledger.h"
 #include "migrations/migrations.h"
+#include "subprocess/subprocess.h"
 
 namespace runledger::bench {
 namespace {
@@ -67,48 +66,30 @@ int parse_runs(int argc, char** argv) {
 
 // A bot process with its output in a file (the boot timeline is read from it afterwards).
 struct BotProcess {
-  pid_t pid = -1;
+  subprocess::Child child;
   fs::path log;
   Clock::time_point spawned;
 };
 
+// Dies with the bench (SIGKILL): a bot holding 1,000 runs must not outlive a crashed bench.
 BotProcess spawn_bot(const std::string& url, const fs::path& work, const std::string& slot,
                      int capacity, const std::string& failpoints) {
-  BotProcess bot;
-  bot.log = work / (slot + "-" + std::to_string(Clock::now().time_since_epoch().count()) + ".log");
-  std::vector<std::string> args = {RUNLEDGER_BINARY, "bot",
-                                   "--slot",         slot,
-                                   "--work-dir",     (work / "sandboxes").string(),
-                                   "--capacity",     std::to_string(capacity)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const std::string log = bot.log.string();
-  bot.spawned = Clock::now();
-  bot.pid = fork();
-  if (bot.pid < 0) throw std::runtime_error("fork failed");
-  if (bot.pid == 0) {
-    setenv("DATABASE_URL", url.c_str(), 1);
-    if (failpoints.empty()) {
-      unsetenv("RUNLEDGER_FAILPOINTS");
-    } else {
-      setenv("RUNLEDGER_FAILPOINTS", failpoints.c_str(), 1);
-    }
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return bot;
+  subprocess::Spawn bot({RUNLEDGER_BINARY, "bot", "--slot", slot, "--work-dir",
+                         (work / "sandboxes").string(), "--capacity", std::to_string(capacity)});
+  bot.env = {{"DATABASE_URL", url},
+             {"RUNLEDGER_FAILPOINTS",
+              failpoints.empty() ? std::nullopt : std::optional<std::string>(failpoints)}};
+  bot.output = subprocess::Output::file;
+  bot.output_file =
+      work / (slot + "-" + std::to_string(Clock::now().time_since_epoch().count()) + ".log");
+  bot.death_signal = SIGKILL;
+  const auto spawned = Clock::now();
+  return BotProcess{subprocess::spawn(bot), bot.output_file, spawned};
 }
 
 void stop(BotProcess& bot, int signal) {
-  if (bot.pid <= 0) return;
-  ::kill(bot.pid, signal);
-  int status = 0;
-  waitpid(bot.pid, &status, 0);
-  bot.pid = -1;
+  bot.child.kill(signal);
+  bot.child.wait();
 }
 
 // The bot's boot timeline: its "[slot +N ms] ..." lines.

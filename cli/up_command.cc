@@ -4,40 +4,31 @@
 // SIGTERM stops them all, then the cluster.
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "cli/cli.h"
 #include "cluster/cluster.h"
 #include "migrations/migrations.h"
+#include "subprocess/subprocess.h"
 
 namespace runledger::cli {
 namespace {
 
-pid_t start_child(const std::vector<std::string>& argv, const std::string& url,
-                  const sigset_t& original_mask,
-                  const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  // In the child: die with the supervisor, even after a kill -9 of it.
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != parent) _exit(1);
-  sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-  setenv("DATABASE_URL", url.c_str(), 1);
-  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv("/proc/self/exe", args.data());
-  _exit(127);
+// A child of the supervisor: this executable again, dying with it (even after a kill -9 of it).
+subprocess::Child start_child(const std::vector<std::string>& argv, const std::string& url,
+                              const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  subprocess::Spawn child(argv);
+  child.program = "/proc/self/exe";
+  child.env = {{"DATABASE_URL", url}};
+  for (const auto& [name, value] : env) child.env.emplace_back(name, value);
+  child.death_signal = SIGTERM;
+  return subprocess::spawn(child);
 }
 
 void write_private_file(const std::filesystem::path& path, const std::string& text) {
@@ -54,13 +45,13 @@ int up(const Arguments& args) {
                                          ? std::filesystem::path(*root_flag)
                                          : cluster::default_root(std::filesystem::current_path());
 
-  // Signals are taken synchronously by sigtimedwait below; children get the original mask back.
-  sigset_t handled, original;
+  // Signals are taken synchronously by sigwaitinfo below; children start with none blocked.
+  sigset_t handled;
   sigemptyset(&handled);
   sigaddset(&handled, SIGINT);
   sigaddset(&handled, SIGTERM);
   sigaddset(&handled, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &handled, &original);
+  sigprocmask(SIG_BLOCK, &handled, nullptr);
 
   std::unique_ptr<cluster::EmbeddedCluster> db;
   std::string url;
@@ -90,29 +81,29 @@ int up(const Arguments& args) {
   const bool demo = !no_demo && !demo_shown(url);
   // Each child is restarted when it exits, with a backoff of its own, except one-shot ones;
   // `first_env` applies to its first start only.
-  struct Child {
+  struct Supervised {
     std::vector<std::string> argv;
     bool restart = true;
     std::vector<std::pair<std::string, std::string>> first_env = {};
-    pid_t pid = -1;
+    std::optional<subprocess::Child> process = {};
     std::chrono::seconds backoff{1};
   };
   const std::string repo = demo_repository(ship_root).string();
-  std::vector<Child> children = {
-      {{"runledger", "service"}},
-      {{"runledger", "coordinator", "--ship-repo", repo, "--deploy-root",
-        demo_deploy_root(ship_root).string(), "--merge-poll-ms", "5000"}},
+  std::vector<Supervised> children;  // filled one by one: a Child is not copyable
+  children.push_back({{"runledger", "service"}});
+  children.push_back({{"runledger", "coordinator", "--ship-repo", repo, "--deploy-root",
+                       demo_deploy_root(ship_root).string(), "--merge-poll-ms", "5000"}});
+  children.push_back(
       {{"runledger", "bot", "--slot", "bot-1", "--work-dir", (ship_root / "bot-1").string()},
        true,
        demo ? std::vector<std::pair<std::string, std::string>>{{"RUNLEDGER_FAILPOINTS",
                                                                 "bot.after_effect=kill@4"}}
-            : std::vector<std::pair<std::string, std::string>>{}},
-      {{"runledger", "merge-actor", "--ship-repo", repo, "--delay-ms", "1000"}},
-  };
+            : std::vector<std::pair<std::string, std::string>>{}});
+  children.push_back({{"runledger", "merge-actor", "--ship-repo", repo, "--delay-ms", "1000"}});
   if (demo) children.push_back({{"runledger", "demo", "--root", ship_root.string()}, false});
   for (auto& c : children) {
-    c.pid = start_child(c.argv, url, original, c.first_env);
-    spdlog::info("supervising {} (pid {})", c.argv[1], c.pid);
+    c.process = start_child(c.argv, url, c.first_env);
+    spdlog::info("supervising {} (pid {})", c.argv[1], c.process->pid());
   }
   spdlog::info("Ctrl-C stops everything");
 
@@ -121,42 +112,31 @@ int up(const Arguments& args) {
     const int sig = sigwaitinfo(&handled, &info);
     if (sig == SIGINT || sig == SIGTERM) break;
     if (sig != SIGCHLD) continue;
-    int status = 0;
-    while (const pid_t done = waitpid(-1, &status, WNOHANG)) {
-      if (done < 0) break;
-      for (auto& c : children) {
-        if (c.pid != done) continue;
-        if (!c.restart) {
-          c.pid = -1;
-          continue;
-        }
-        spdlog::warn("{} exited ({}); restarting in {} s", c.argv[1],
-                     WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
-                                       : "signal " + std::to_string(WTERMSIG(status)),
-                     c.backoff.count());
-        std::this_thread::sleep_for(c.backoff);
-        c.backoff = std::min(c.backoff * 2, std::chrono::seconds(30));
-        c.pid = start_child(c.argv, url, original);
-      }
+    for (auto& c : children) {
+      if (!c.process) continue;
+      const auto exit = c.process->wait_for(std::chrono::milliseconds(0));
+      if (!exit) continue;
+      c.process.reset();
+      if (!c.restart) continue;
+      spdlog::warn("{} exited ({}); restarting in {} s", c.argv[1], exit->to_string(),
+                   c.backoff.count());
+      std::this_thread::sleep_for(c.backoff);
+      c.backoff = std::min(c.backoff * 2, std::chrono::seconds(30));
+      c.process = start_child(c.argv, url);
     }
   }
 
   spdlog::info("stopping");
-  for (const auto& c : children) {
-    if (c.pid > 0) kill(c.pid, SIGTERM);
+  for (auto& c : children) {
+    if (c.process) c.process->kill(SIGTERM);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  for (const auto& c : children) {
-    if (c.pid <= 0) continue;
-    int status = 0;
-    while (waitpid(c.pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(c.pid, SIGKILL);
-        waitpid(c.pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+  for (auto& c : children) {
+    if (!c.process) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    c.process->wait_for(std::max(left, std::chrono::milliseconds(0)));
+    c.process.reset();  // one still running is killed with SIGKILL (and reaped)
   }
   if (db) {
     std::filesystem::remove(root / "database_url");

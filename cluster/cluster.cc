@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
@@ -26,6 +25,7 @@
 #include "cluster/owner_lock.h"
 #include "cluster/process.h"
 #include "ids/ids.h"
+#include "pg/pg.h"
 
 namespace runledger::cluster {
 namespace fs = std::filesystem;
@@ -113,22 +113,6 @@ void write_private_file(const fs::path& path, const std::string& content) {
   fs::rename(temporary, path);
 }
 
-std::string percent_encode(std::string_view text) {
-  static constexpr char kDigits[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (std::isalnum(byte) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += c;
-    } else {
-      out += '%';
-      out += kDigits[byte >> 4];
-      out += kDigits[byte & 0xF];
-    }
-  }
-  return out;
-}
-
 std::string settings_text(const Options& options, int port) {
   const std::string durable = options.durable ? "on" : "off";
   std::ostringstream out;
@@ -184,8 +168,8 @@ struct EmbeddedCluster::State {
   std::string timeout() const { return std::to_string(options.timeout.count()); }
 
   std::string url(std::string_view database) const {
-    return "postgresql://" + std::string(kUser) + ":" + percent_encode(password) +
-           "@127.0.0.1:" + std::to_string(port) + "/" + percent_encode(database);
+    return "postgresql://" + std::string(kUser) + ":" + pg::percent_encode(password) +
+           "@127.0.0.1:" + std::to_string(port) + "/" + pg::percent_encode(database);
   }
 
   std::string run(const std::vector<std::string>& argv) const {
@@ -243,10 +227,12 @@ bool EmbeddedCluster::State::postmaster_alive() const {
   const auto status =
       detail::run({tool("pg_ctl"), "status", "-D", pgdata().string()}, options.root, server_user);
   constexpr int kNotRunning = 3;  // also for a stale pid file, which pg_ctl start copes with
-  if (status.exit_code != 0 && status.exit_code != kNotRunning) {
-    throw std::runtime_error("pg_ctl status failed: " + status.output);
+  const int code = status.exit.shell_status();
+  if (code != 0 && code != kNotRunning) {
+    throw std::runtime_error("pg_ctl status failed (" + status.exit.to_string() +
+                             "): " + status.output);
   }
-  return status.exit_code == 0;
+  return code == 0;
 }
 
 // A server left by a killed owner is stopped, never adopted: its port and settings are the dead
@@ -258,7 +244,7 @@ void EmbeddedCluster::State::stop_leftover_postmaster() const {
   const auto stopped = detail::run(stop_command(), options.root, server_user);
   // pg_ctl stop fails when the postmaster dies without removing its pid file (it was killed
   // too, just before or meanwhile); all that matters here is that it is gone.
-  if (stopped.exit_code != 0 && postmaster_alive()) {
+  if (!stopped.exit.success() && postmaster_alive()) {
     throw std::runtime_error("cannot stop the leftover postmaster: " + stopped.output);
   }
 }

@@ -137,6 +137,10 @@ struct Setting {
   std::string value;
 };
 
+// `text` as one component of a postgresql:// URI (a password, a database name, a query value):
+// every byte but the unreserved ASCII letters, digits and `-._~` becomes %XX (RFC 3986).
+std::string percent_encode(std::string_view text);
+
 // `url` (a postgresql:// URI or a key=value string) with `settings` added as libpq `options`.
 std::string with_settings(std::string_view url, const std::vector<Setting>& settings);
 

@@ -10,19 +10,10 @@ bool is_uri(std::string_view url) {
   return url.starts_with("postgresql://") || url.starts_with("postgres://");
 }
 
-std::string percent_encode(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
+// ASCII only: std::isalnum would follow the locale, and a byte of UTF-8 is never unreserved.
+bool unreserved(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
 }
 
 bool plain_token(std::string_view s) {
@@ -34,6 +25,22 @@ bool plain_token(std::string_view s) {
 }
 
 }  // namespace
+
+std::string percent_encode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : text) {
+    if (unreserved(c)) {
+      out += c;
+    } else {
+      const auto byte = static_cast<unsigned char>(c);
+      out += '%';
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+    }
+  }
+  return out;
+}
 
 std::string with_settings(std::string_view url, const std::vector<Setting>& settings) {
   if (settings.empty()) return std::string(url);

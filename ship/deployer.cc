@@ -37,10 +37,13 @@ Deploy LocalDeployer::deploy(const std::string& key, const std::string& sha) {
     fs::create_directories(staging);
     const fs::path tar = staging.string() + ".tar";
     git_line(repository_, {"archive", "--format=tar", "-o", tar.string(), commit});
-    const auto untar = subprocess::run_child({"tar", "-xf", tar.string(), "-C", staging.string()},
-                                             {}, root_, 1 << 16);
+    subprocess::Spawn extract({"tar", "-xf", tar.string(), "-C", staging.string()});
+    extract.cwd = root_;
+    extract.output = subprocess::Output::capture;
+    extract.capture_limit = 1 << 16;
+    const auto untar = subprocess::run(extract);
     fs::remove(tar);
-    if (!untar.exited || untar.code != 0) {
+    if (!untar.exit.success()) {
       fs::remove_all(staging);
       throw std::runtime_error("extracting " + commit + " failed: " + untar.output);
     }

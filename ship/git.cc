@@ -10,13 +10,15 @@ std::pair<int, std::string> run_git(const std::filesystem::path& repository,
                                     const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"git", "--git-dir=" + repository.string()};
   argv.insert(argv.end(), args.begin(), args.end());
-  const auto child = subprocess::run_child(argv,
-                                           {{"GIT_AUTHOR_NAME", "runledger forge"},
-                                            {"GIT_AUTHOR_EMAIL", "forge@runledger.invalid"},
-                                            {"GIT_COMMITTER_NAME", "runledger forge"},
-                                            {"GIT_COMMITTER_EMAIL", "forge@runledger.invalid"}},
-                                           repository, 1 << 20);
-  return {child.exited ? child.code : 128 + child.code, child.output};
+  subprocess::Spawn git(argv);
+  git.env = {{"GIT_AUTHOR_NAME", "runledger forge"},
+             {"GIT_AUTHOR_EMAIL", "forge@runledger.invalid"},
+             {"GIT_COMMITTER_NAME", "runledger forge"},
+             {"GIT_COMMITTER_EMAIL", "forge@runledger.invalid"}};
+  git.cwd = repository;
+  git.output = subprocess::Output::capture;
+  auto child = subprocess::run(git);
+  return {child.exit.shell_status(), std::move(child.output)};
 }
 
 std::string git_line(const std::filesystem::path& repository,

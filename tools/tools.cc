@@ -111,19 +111,20 @@ StepOutcome run_unsafe(const ToolsOptions& options, std::string_view tool,
   }
   subprocess::append_line(options.effects_log,
                           context.effect_key + " " + std::string(tool) + " " + generation + "\n");
-  const subprocess::ChildResult child =
-      subprocess::run_child(argv,
-                            {{"RUNLEDGER_EFFECT_KEY", context.effect_key},
-                             {"RUNLEDGER_GENERATION", generation},
-                             {"RUNLEDGER_RUN_ID", context.run.value()}},
-                            sandbox, kMaxOutput);
+  subprocess::Spawn command(argv);
+  command.env = {{"RUNLEDGER_EFFECT_KEY", context.effect_key},
+                 {"RUNLEDGER_GENERATION", generation},
+                 {"RUNLEDGER_RUN_ID", context.run.value()}};
+  command.cwd = sandbox;
+  command.output = subprocess::Output::capture;
+  command.capture_limit = kMaxOutput;
+  const subprocess::Completed child = subprocess::run(command);
   std::string output = child.output;
   if (child.truncated) {
     output += "\n[runledger: output truncated to " + std::to_string(kMaxOutput) + " bytes]";
   }
-  if (child.exited && child.code == 0) return StepOutcome::success(std::move(output));
-  return StepOutcome::failure((child.exited ? "exit " : "signal ") + std::to_string(child.code) +
-                              ": " + output);
+  if (child.exit.success()) return StepOutcome::success(std::move(output));
+  return StepOutcome::failure(child.exit.to_string() + ": " + output);
 }
 
 }  // namespace

@@ -22,3 +22,14 @@ TEST_CASE("with_settings refuses values that could break out of the options stri
   CHECK_THROWS_AS(pg::with_settings("host=h", {{"lock_timeout", "5s -c x=y"}}), InvalidArgument);
   CHECK_THROWS_AS(pg::with_settings("host=h", {{"a'b", "1"}}), InvalidArgument);
 }
+
+TEST_CASE("percent_encode keeps unreserved characters and encodes every other byte") {
+  CHECK(pg::percent_encode("") == "");
+  CHECK(pg::percent_encode("AZaz09-._~") == "AZaz09-._~");
+  // RFC 3986's reserved characters, the space and the percent sign itself.
+  CHECK(pg::percent_encode(":/?#[]@!$&'()*+,;= %") ==
+        "%3A%2F%3F%23%5B%5D%40%21%24%26%27%28%29%2A%2B%2C%3B%3D%20%25");
+  // UTF-8 byte by byte, and bytes that are no text at all.
+  CHECK(pg::percent_encode("h\xC3\xA9 \xE6\x97\xA5") == "h%C3%A9%20%E6%97%A5");
+  CHECK(pg::percent_encode(std::string_view("a\0b\xFF", 4)) == "a%00b%FF");
+}

@@ -2,16 +2,18 @@
 // prepares the migrated template, runs COMMAND with RUNLEDGER_TEST_DATABASE_URL set, stops the
 // cluster and exits with COMMAND's status.
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include "cluster/cluster.h"
 #include "ids/ids.h"
+#include "subprocess/subprocess.h"
 #include "tests/support/test_database.h"
 
 int main(int argc, char** argv) {
@@ -31,20 +33,20 @@ int main(int argc, char** argv) {
   runledger::testing::prepare_template(url);
   spdlog::info("test cluster ready on port {}", cluster.port());
 
-  const pid_t child = fork();
-  if (child == 0) {
-    setenv("RUNLEDGER_TEST_DATABASE_URL", url.c_str(), 1);
-    execvp(argv[3], argv + 3);
-    std::perror("exec");
-    _exit(127);
+  runledger::subprocess::Spawn command(std::vector<std::string>(argv + 3, argv + argc));
+  command.env = {{"RUNLEDGER_TEST_DATABASE_URL", url}};
+  std::optional<runledger::subprocess::Child> child;
+  try {
+    child = runledger::subprocess::spawn(command);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "test_cluster: %s\n", e.what());
+    return 127;  // the cluster stops with `cluster`
   }
-  // Ctrl-C reaches the whole process group: let the tests end and still stop the cluster.
+  // Ctrl-C reaches the whole process group: let the tests end and still stop the cluster. (The
+  // child starts with every signal at its default whatever we do here.)
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = child->wait().shell_status();
   cluster.stop();
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return status;
 }
