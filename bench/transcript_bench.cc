@@ -122,7 +122,8 @@ bool reset_peak_rss() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The bench database
+// The bench database. Its statements touch the ledger's live_runs directly: a bench sets up and
+// clears its own rows (by dispatch-key prefix) in a scratch database, which no module API offers.
 
 class BenchDatabase : public ScratchDatabase {
  public:
