@@ -140,6 +140,9 @@ paging::Page<Instance> Coordinator::instances(const paging::PageRequest& page) {
 
 paging::Page<Instance> Coordinator::instances_with_status(InstanceStatus status,
                                                           const paging::PageRequest& page) {
+  if (status == InstanceStatus::queued) {
+    return instances_page(pool_, sql::kInstancesQueued, kInstancesWithStatus, std::nullopt, page);
+  }
   return instances_page(pool_, sql::kInstancesWithStatus, kInstancesWithStatus,
                         std::string(to_string(status)), page);
 }

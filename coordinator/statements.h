@@ -56,19 +56,28 @@ inline constexpr pg::Statement kGet{
 // position of the previous page's last row (AT: microseconds since the epoch, ID: its instance
 // id; both NULL for the first page), LIMIT the rows to fetch (the page's limit + 1). The row
 // comparison is the index condition of wf_instances_by_created or _by_status_created (migration
-// 0015): one backward index scan from the position. position_at is the next cursor's time.
+// 0016): one backward index scan from the position. position_at is the next cursor's time.
+// ORDER BY names the table's columns: a bare created_at would be the text output column, a
+// sort of every row instead of the index's order.
 #define RUNLEDGER_WF_INSTANCES_PAGE(KEY, AT, ID, LIMIT)                                    \
   "SELECT " RUNLEDGER_WF_INSTANCE_COLUMNS                                                  \
   ", (extract(epoch FROM created_at) * 1000000)::bigint AS position_at FROM wf_instances " \
   "WHERE " KEY " (created_at, instance_id) < (coalesce('epoch'::timestamptz + " AT         \
   "::bigint * interval '1 microsecond', 'infinity'), coalesce(" ID                         \
   "::text, '')) "                                                                          \
-  "ORDER BY created_at DESC, instance_id DESC LIMIT " LIMIT
+  "ORDER BY wf_instances.created_at DESC, wf_instances.instance_id DESC LIMIT " LIMIT
 
 inline constexpr pg::Statement kInstances{"wf_instances_page",
                                           RUNLEDGER_WF_INSTANCES_PAGE("", "$1", "$2", "$3")};
+// Any status but queued: `status <> 'queued'` is written out so that every plan, the generic
+// one too, may use the partial index wf_instances_by_status_created (migration 0016).
 inline constexpr pg::Statement kInstancesWithStatus{
-    "wf_instances_with_status", RUNLEDGER_WF_INSTANCES_PAGE("status = $1 AND", "$2", "$3", "$4")};
+    "wf_instances_with_status",
+    RUNLEDGER_WF_INSTANCES_PAGE("status <> 'queued' AND status = $1 AND", "$2", "$3", "$4")};
+// Queued ones, which that index leaves out: a filtered backward scan of wf_instances_by_created,
+// or, when the planner finds it cheaper, the active instances of wf_instances_due and a sort.
+inline constexpr pg::Statement kInstancesQueued{
+    "wf_instances_queued", RUNLEDGER_WF_INSTANCES_PAGE("status = 'queued' AND", "$1", "$2", "$3")};
 inline constexpr pg::Statement kInstancesOfWorkflow{
     "wf_instances_of_workflow", RUNLEDGER_WF_INSTANCES_PAGE("workflow = $1 AND", "$2", "$3", "$4")};
 #undef RUNLEDGER_WF_INSTANCES_PAGE
