@@ -140,11 +140,10 @@ paging::Page<Instance> Coordinator::instances(const paging::PageRequest& page) {
 
 paging::Page<Instance> Coordinator::instances_with_status(InstanceStatus status,
                                                           const paging::PageRequest& page) {
-  if (status == InstanceStatus::queued) {
-    return instances_page(pool_, sql::kInstancesQueued, kInstancesWithStatus, std::nullopt, page);
-  }
-  return instances_page(pool_, sql::kInstancesWithStatus, kInstancesWithStatus,
-                        std::string(to_string(status)), page);
+  const bool active = status == InstanceStatus::queued || status == InstanceStatus::running ||
+                      status == InstanceStatus::waiting;
+  return instances_page(pool_, active ? sql::kInstancesActive : sql::kInstancesAtRest,
+                        kInstancesWithStatus, std::string(to_string(status)), page);
 }
 
 paging::Page<Instance> Coordinator::instances_of_workflow(std::string_view workflow,

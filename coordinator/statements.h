@@ -69,15 +69,19 @@ inline constexpr pg::Statement kGet{
 
 inline constexpr pg::Statement kInstances{"wf_instances_page",
                                           RUNLEDGER_WF_INSTANCES_PAGE("", "$1", "$2", "$3")};
-// Any status but queued: `status <> 'queued'` is written out so that every plan, the generic
-// one too, may use the partial index wf_instances_by_status_created (migration 0016).
-inline constexpr pg::Statement kInstancesWithStatus{
-    "wf_instances_with_status",
-    RUNLEDGER_WF_INSTANCES_PAGE("status <> 'queued' AND status = $1 AND", "$2", "$3", "$4")};
-// Queued ones, which that index leaves out: a filtered backward scan of wf_instances_by_created,
-// or, when the planner finds it cheaper, the active instances of wf_instances_due and a sort.
-inline constexpr pg::Statement kInstancesQueued{
-    "wf_instances_queued", RUNLEDGER_WF_INSTANCES_PAGE("status = 'queued' AND", "$1", "$2", "$3")};
+// A status at rest, and an active one: each condition repeats the predicate of the partial
+// index it may use (wf_instances_by_status_created, wf_instances_due; migration 0016), so the
+// generic plan may use it too. Active instances are read by a filtered backward scan of
+// wf_instances_by_created or, when the planner finds it cheaper, from wf_instances_due and a sort.
+inline constexpr pg::Statement kInstancesAtRest{
+    "wf_instances_at_rest",
+    RUNLEDGER_WF_INSTANCES_PAGE("status IN ('paused', 'complete', 'errored', 'terminated') AND "
+                                "status = $1 AND",
+                                "$2", "$3", "$4")};
+inline constexpr pg::Statement kInstancesActive{
+    "wf_instances_active",
+    RUNLEDGER_WF_INSTANCES_PAGE("status IN ('queued', 'waiting', 'running') AND status = $1 AND",
+                                "$2", "$3", "$4")};
 inline constexpr pg::Statement kInstancesOfWorkflow{
     "wf_instances_of_workflow", RUNLEDGER_WF_INSTANCES_PAGE("workflow = $1 AND", "$2", "$3", "$4")};
 #undef RUNLEDGER_WF_INSTANCES_PAGE

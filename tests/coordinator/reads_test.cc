@@ -112,7 +112,7 @@ TEST_CASE("a page of instances is an index scan from the cursor, never a sort of
   };
   for (const Listing& l :
        {Listing{coordinator::sql::kInstances, "", "wf_instances_by_created"},
-        Listing{coordinator::sql::kInstancesWithStatus, "'errored', ",
+        Listing{coordinator::sql::kInstancesAtRest, "'errored', ",
                 "wf_instances_by_status_created"},
         Listing{coordinator::sql::kInstancesOfWorkflow, "'w2', ", "wf_instances_by_created"}}) {
     for (const bool generic : {true, false}) {
@@ -130,13 +130,13 @@ TEST_CASE("a page of instances is an index scan from the cursor, never a sort of
       }
     }
   }
-  // Queued instances, which the status index leaves out, are read from an index too: the
+  // Active instances (here: queued), which the status index leaves out, come from an index: the
   // backward scan of wf_instances_by_created, or the active instances of wf_instances_due and a
   // sort of the queued among them, whichever the planner finds cheaper; never every instance.
   for (const bool generic : {true, false}) {
     for (const std::string& position : {after, std::string("NULL, NULL, 101")}) {
-      const std::string plan =
-          plan_of(f.db.url(), coordinator::sql::kInstancesQueued.sql, position, generic);
+      const std::string plan = plan_of(f.db.url(), coordinator::sql::kInstancesActive.sql,
+                                       "'queued', " + position, generic);
       INFO(plan);
       CHECK(plan.find("Seq Scan") == std::string::npos);
       CHECK((plan.find("Index Scan Backward using wf_instances_by_created ") != std::string::npos ||
