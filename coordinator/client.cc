@@ -115,15 +115,13 @@ paging::Page<Instance> instances_page(pg::Pool& pool, const pg::Statement& state
                                       const paging::Listing& listing,
                                       const std::optional<std::string>& key,
                                       const paging::PageRequest& page) {
-  const auto after = paging::start_after(listing, page);
-  const std::optional<std::int64_t> at = after ? after->at_us : std::nullopt;
-  const std::optional<std::string> id = after ? std::optional(after->id) : std::nullopt;
-  const std::optional<std::string> at_text = at ? std::optional(std::to_string(*at)) : std::nullopt;
+  const auto start = paging::start_parameters(listing, page);
   auto conn = pool.acquire();
   pqxx::nontransaction tx(*conn);
-  const pqxx::result rows =
-      key ? pg::exec(tx, statement, *key, pg::nullable(at_text), pg::nullable(id), page.limit + 1)
-          : pg::exec(tx, statement, pg::nullable(at_text), pg::nullable(id), page.limit + 1);
+  const pqxx::result rows = key ? pg::exec(tx, statement, *key, pg::nullable(start.at_us),
+                                           pg::nullable(start.id), page.limit + 1)
+                                : pg::exec(tx, statement, pg::nullable(start.at_us),
+                                           pg::nullable(start.id), page.limit + 1);
   return paging::page_of<Instance>(
       rows, listing, page.limit, [](const pqxx::row& row) { return instance_from_row(row); },
       [](const pqxx::row& row) {
@@ -165,13 +163,12 @@ std::vector<StepRecord> Coordinator::steps(const InstanceId& instance_id) {
 
 paging::Page<HistoryEntry> Coordinator::history(const InstanceId& instance_id,
                                                 const paging::PageRequest& page) {
-  const auto after = paging::start_after(kHistory, page);
+  const auto start = paging::start_parameters(kHistory, page);
   get(instance_id);  // NotFound
-  const std::optional<std::string> after_id = after ? std::optional(after->id) : std::nullopt;
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   const auto rows =
-      pg::exec(tx, sql::kHistory, instance_id.value(), pg::nullable(after_id), page.limit + 1);
+      pg::exec(tx, sql::kHistory, instance_id.value(), pg::nullable(start.id), page.limit + 1);
   return paging::page_of<HistoryEntry>(
       rows, kHistory, page.limit,
       [](const pqxx::row& row) {

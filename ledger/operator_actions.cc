@@ -58,16 +58,11 @@ std::vector<Run> Ledger::list(const RunFilter& filter) {
 
 paging::Page<Run> Ledger::runs_page(const pg::Statement& statement, const paging::Listing& listing,
                                     const std::string& key, const paging::PageRequest& page) {
-  const auto after = paging::start_after(listing, page);
-  std::optional<std::string> after_at, after_run;
-  if (after) {
-    after_at = std::to_string(*after->at_us);
-    after_run = after->id;
-  }
+  const auto start = paging::start_parameters(listing, page);
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  const auto rows =
-      pg::exec(tx, statement, key, pg::nullable(after_at), pg::nullable(after_run), page.limit + 1);
+  const auto rows = pg::exec(tx, statement, key, pg::nullable(start.at_us), pg::nullable(start.id),
+                             page.limit + 1);
   return paging::page_of<Run>(rows, listing, page.limit, run_from_row, [](const pqxx::row& row) {
     return paging::Position{row["position_at"].as<std::int64_t>(), row["run_id"].as<std::string>()};
   });

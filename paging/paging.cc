@@ -108,4 +108,13 @@ std::optional<Position> start_after(const Listing& listing, const PageRequest& r
   return decode_cursor(listing, *request.cursor);
 }
 
+StartParameters start_parameters(const Listing& listing, const PageRequest& request) {
+  const auto after = start_after(listing, request);
+  if (!after) return {};
+  StartParameters out;
+  if (after->at_us) out.at_us = std::to_string(*after->at_us);
+  out.id = after->id;
+  return out;
+}
+
 }  // namespace runledger::paging

@@ -70,6 +70,14 @@ void check_limit(int limit);
 // listing's start (none). Checks the limit and the cursor (InvalidArgument).
 std::optional<Position> start_after(const Listing& listing, const PageRequest& request);
 
+// The same position as a listing statement's text parameters: the time in microseconds and the
+// id, both none (NULL) at the listing's start.
+struct StartParameters {
+  std::optional<std::string> at_us;
+  std::optional<std::string> id;
+};
+StartParameters start_parameters(const Listing& listing, const PageRequest& request);
+
 // The page made of a listing statement's rows, which were fetched with LIMIT limit + 1: the row
 // past the page's end says that another page follows, and the cursor names the last row kept.
 template <class T, class Rows, class ToItem, class ToPosition>

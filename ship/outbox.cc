@@ -24,16 +24,11 @@ bool ThreadOutbox::post(const std::string& thread_key, const std::string& dedupe
 
 paging::Page<ThreadMessage> ThreadOutbox::messages(const std::string& thread_key,
                                                    const paging::PageRequest& page) {
-  const auto after = paging::start_after(kMessagesListing, page);
-  std::optional<std::string> after_at, after_id;
-  if (after) {
-    after_at = std::to_string(*after->at_us);
-    after_id = after->id;
-  }
+  const auto start = paging::start_parameters(kMessagesListing, page);
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  const auto rows = pg::exec(tx, sql::kMessagesPage, thread_key, pg::nullable(after_at),
-                             pg::nullable(after_id), page.limit + 1);
+  const auto rows = pg::exec(tx, sql::kMessagesPage, thread_key, pg::nullable(start.at_us),
+                             pg::nullable(start.id), page.limit + 1);
   return paging::page_of<ThreadMessage>(
       rows, kMessagesListing, page.limit,
       [](const pqxx::row& row) {

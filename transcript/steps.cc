@@ -284,11 +284,11 @@ std::vector<Step> Store::steps(const RunId& run) {
 }
 
 paging::Page<TimelineStep> Store::step_timeline(const RunId& run, const paging::PageRequest& page) {
-  const auto after = paging::start_after(kStepTimelineListing, page);
+  const auto start = paging::start_parameters(kStepTimelineListing, page);
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
-  const auto rows = pg::exec(tx, sql::kStepTimeline, run.value(),
-                             after ? after->id.c_str() : nullptr, page.limit + 1);
+  const auto rows =
+      pg::exec(tx, sql::kStepTimeline, run.value(), pg::nullable(start.id), page.limit + 1);
   return paging::page_of<TimelineStep>(
       rows, kStepTimelineListing, page.limit, timeline_step_from_row, [](const pqxx::row& row) {
         return paging::Position{std::nullopt, row["step_no"].as<std::string>()};

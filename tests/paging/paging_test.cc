@@ -76,6 +76,16 @@ TEST_CASE("a limit is 1 to 1000") {
   CHECK(start_after(kByTime, {encode_cursor(kByTime, {3, "9"}), 10})->id == "9");
 }
 
+TEST_CASE("start_parameters gives a cursor's position as statement parameters, none at the start") {
+  const auto start = start_parameters(kByTime, {encode_cursor(kByTime, {3, "9"}), 10});
+  CHECK(start.at_us == "3");
+  CHECK(start.id == "9");
+  const auto first = start_parameters(kByTime, {std::nullopt, 10});
+  CHECK_FALSE(first.at_us.has_value());
+  CHECK_FALSE(first.id.has_value());
+  CHECK_THROWS_AS(start_parameters(kByTime, {std::nullopt, 0}), InvalidArgument);
+}
+
 TEST_CASE("a page keeps limit rows and names the last one when more follow") {
   const std::vector<int> rows = {10, 9, 8, 7};
   const auto item = [](int row) { return row * 2; };
