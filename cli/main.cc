@@ -20,8 +20,8 @@ Command program() {
           "Commands other than `up` use DATABASE_URL, or the database of a running "
           "`runledger up` started in the current directory.\n\n"
           "Exit codes: 0 done, 2 invalid argument, 3 not found, 4 conflict, 5 fenced, "
-          "6 budget exhausted, 7 unavailable, 8 step failed, 9 non-deterministic workflow, 1 "
-          "anything else.",
+          "6 budget exhausted, 7 unavailable, 8 step failed, 9 non-deterministic workflow, "
+          "10 not authenticated or not allowed, 1 anything else.",
   };
 }
 
@@ -33,10 +33,15 @@ namespace {
 int exit_code(runledger::ErrorCode code) {
   switch (code) {
     case runledger::ErrorCode::invalid_argument:
+    case runledger::ErrorCode::malformed:
+    case runledger::ErrorCode::too_large:
+    case runledger::ErrorCode::unsupported_media_type:
       return 2;
     case runledger::ErrorCode::not_found:
       return 3;
     case runledger::ErrorCode::conflict:
+    case runledger::ErrorCode::thread_busy:
+    case runledger::ErrorCode::superseded:
       return 4;
     case runledger::ErrorCode::fenced:
       return 5;
@@ -48,6 +53,9 @@ int exit_code(runledger::ErrorCode code) {
       return 8;
     case runledger::ErrorCode::nondeterministic:
       return 9;
+    case runledger::ErrorCode::unauthenticated:
+    case runledger::ErrorCode::forbidden:
+      return 10;
   }
   return 1;
 }

@@ -20,6 +20,20 @@ std::string_view to_string(ErrorCode code) {
       return "step_failed";
     case ErrorCode::nondeterministic:
       return "nondeterministic";
+    case ErrorCode::thread_busy:
+      return "thread_busy";
+    case ErrorCode::superseded:
+      return "superseded";
+    case ErrorCode::malformed:
+      return "malformed";
+    case ErrorCode::unauthenticated:
+      return "unauthenticated";
+    case ErrorCode::forbidden:
+      return "forbidden";
+    case ErrorCode::too_large:
+      return "too_large";
+    case ErrorCode::unsupported_media_type:
+      return "unsupported_media_type";
   }
   return "unknown";
 }

@@ -1,7 +1,8 @@
 // runledger expected outcomes.
 //
 // Contract: every outcome a caller is expected to handle (bad input, not found, conflict,
-// fenced, budget exhausted, unavailable; a workflow step's final error, non-determinism) is thrown
+// fenced, budget exhausted, unavailable; a workflow step's final error, non-determinism; at the
+// HTTP edge, a request that cannot be parsed, authenticated or allowed) is thrown
 // as a subclass of runledger::Error carrying an ErrorCode. Code that maps outcomes to other
 // representations (the HTTP envelope, CLI exit codes) switches on code() in exactly one place.
 // Transient database failures arrive as Unavailable (pg/ turns libpqxx's exceptions into it);
@@ -31,6 +32,14 @@ enum class ErrorCode {
   unavailable,       // a dependency (the database) could not be reached in time; retryable
   step_failed,       // a workflow step ended in its final error (details: step, kind)
   nondeterministic,  // workflow code no longer matches the steps its instance recorded
+  thread_busy,       // a Conflict: the thread already has a live run (details: live_run_id)
+  superseded,        // a Conflict: a newer incarnation of the slot took its place, for good
+  // The HTTP edge (server/):
+  malformed,               // the request is not what its content type says (bad JSON, ...)
+  unauthenticated,         // no credential, or one that is not (or no longer) valid
+  forbidden,               // the credential's scope or slots do not cover the request
+  too_large,               // the request is larger than its route accepts
+  unsupported_media_type,  // the request's content type is not one its route accepts
 };
 
 std::string_view to_string(ErrorCode code);
@@ -65,6 +74,24 @@ class Conflict : public Error {
  public:
   explicit Conflict(const std::string& message, nlohmann::json details = nlohmann::json::object())
       : Error(ErrorCode::conflict, message, std::move(details)) {}
+
+ protected:
+  Conflict(ErrorCode code, const std::string& message, nlohmann::json details)
+      : Error(code, message, std::move(details)) {}
+};
+
+// A dispatch into a thread that has a live (queued or running) run; details name it.
+class ThreadBusy : public Conflict {
+ public:
+  ThreadBusy(const std::string& message, nlohmann::json details)
+      : Conflict(ErrorCode::thread_busy, message, std::move(details)) {}
+};
+
+// An HTTP slot's incarnation that a newer one replaced: it may never claim or heartbeat again.
+class Superseded : public Conflict {
+ public:
+  Superseded(const std::string& message, nlohmann::json details)
+      : Conflict(ErrorCode::superseded, message, std::move(details)) {}
 };
 
 // A write named a generation that no longer owns the run. The writer must stop driving the run
@@ -101,6 +128,38 @@ class Unavailable : public Error {
 
  private:
   bool outcome_unknown_;
+};
+
+// The HTTP edge's own outcomes (server/ throws them, and maps them with the rest).
+class Malformed : public Error {
+ public:
+  explicit Malformed(const std::string& message, nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::malformed, message, std::move(details)) {}
+};
+
+class Unauthenticated : public Error {
+ public:
+  explicit Unauthenticated(const std::string& message)
+      : Error(ErrorCode::unauthenticated, message) {}
+};
+
+class Forbidden : public Error {
+ public:
+  explicit Forbidden(const std::string& message, nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::forbidden, message, std::move(details)) {}
+};
+
+class TooLarge : public Error {
+ public:
+  explicit TooLarge(const std::string& message, nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::too_large, message, std::move(details)) {}
+};
+
+class UnsupportedMediaType : public Error {
+ public:
+  explicit UnsupportedMediaType(const std::string& message,
+                                nlohmann::json details = nlohmann::json::object())
+      : Error(ErrorCode::unsupported_media_type, message, std::move(details)) {}
 };
 
 }  // namespace runledger

@@ -116,7 +116,7 @@ Dispatched Ledger::dispatch(const DispatchRequest& request) {
     }
     const auto live = pg::exec(tx, sql::kLiveRunInThread, request.thread_key);
     const std::string live_run = live.empty() ? "" : live[0][0].as<std::string>();
-    throw Conflict("thread already has a live run " + live_run,
+    throw ThreadBusy("thread already has a live run " + live_run,
                    {{"thread_key", request.thread_key}, {"live_run_id", live_run}});
   }
 }
