@@ -313,6 +313,11 @@ Process::~Process() {
 void Process::boot() {
   auto& s = *state_;
   s.note("boot: slot " + s.owner.slot.value() + ", incarnation " + s.owner.incarnation.value());
+  if (s.owner.slot.value().starts_with(ledger::kHttpSlotPrefix)) {
+    throw InvalidArgument("slot names starting with \"" + std::string(ledger::kHttpSlotPrefix) +
+                              "\" are the HTTP API's",
+                          {{"field", "slot"}});
+  }
   s.slot = std::make_unique<SlotLock>(s.database_url, s.owner.slot, s.options.slot_wait);
   s.note("slot taken");
   auto claims = s.ledger.take_over_slot(s.owner);

@@ -3,9 +3,15 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/arguments/arguments.h"
+
+namespace runledger::cluster {
+class EmbeddedCluster;
+}
 
 namespace runledger::cli {
 
@@ -27,6 +33,7 @@ Command threads_command();      // threads show T: a thread's outbox
 Command policy_command();       // policy grant | revoke
 Command merge_actor_command();  // merges approved change requests (tests, demo)
 Command demo_command();         // `up`'s first-start demo (once per database)
+Command serve_command();        // the HTTP/JSON API server
 
 // The demo's places under `up`'s root, and whether this database has shown it.
 std::filesystem::path demo_repository(const std::filesystem::path& root);
@@ -38,5 +45,28 @@ void prepare_demo_repository(const std::filesystem::path& root);
 // DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws
 // InvalidArgument saying how to get one when there is neither.
 std::string database_url();
+
+// `--root` as given, else the embedded cluster's default root for the current directory.
+std::filesystem::path command_root(const std::optional<std::string>& root_flag);
+// Writes `text` and a newline to `path`, readable by its owner only.
+void write_private_file(const std::filesystem::path& path, const std::string& text);
+
+// The database of `up` and `serve`: DATABASE_URL when set, else the embedded cluster under
+// `root`, started here (one owner per root: cluster/cluster.h) and announced in
+// <root>/database_url until this is destroyed, which stops it.
+class AttachedDatabase {
+ public:
+  explicit AttachedDatabase(const std::filesystem::path& root);
+  ~AttachedDatabase();
+  AttachedDatabase(const AttachedDatabase&) = delete;
+  AttachedDatabase& operator=(const AttachedDatabase&) = delete;
+  const std::string& url() const { return url_; }
+  bool embedded() const { return cluster_ != nullptr; }
+
+ private:
+  std::filesystem::path root_;
+  std::unique_ptr<cluster::EmbeddedCluster> cluster_;
+  std::string url_;
+};
 
 }  // namespace runledger::cli

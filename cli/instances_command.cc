@@ -10,6 +10,7 @@
 #include "errors/errors.h"
 #include "ids/ids.h"
 #include "paging/paging.h"
+#include "timestamps/timestamps.h"
 
 namespace runledger::cli {
 namespace {
@@ -35,7 +36,7 @@ json step_json(const coordinator::StepRecord& s) {
           {"config", s.config},
           {"output", s.output},
           {"error", s.error},
-          {"due_at", s.due_at ? json(*s.due_at) : json()},
+          {"due_at", s.due_at ? json(timestamps::rfc3339(*s.due_at)) : json()},
           {"generation", s.generation.value()}};
 }
 

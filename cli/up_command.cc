@@ -16,6 +16,7 @@
 #include "cluster/cluster.h"
 #include "migrations/migrations.h"
 #include "subprocess/subprocess.h"
+#include "tokens/tokens.h"
 
 namespace runledger::cli {
 namespace {
@@ -31,19 +32,32 @@ subprocess::Child start_child(const std::vector<std::string>& argv, const std::s
   return subprocess::spawn(child);
 }
 
-void write_private_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text << "\n";
-  out.close();
-  std::filesystem::permissions(
-      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+// On a database's first start (no live token named "operator"), an operator token for the API,
+// kept in <root>/operator.token (0600): the one place it is shown.
+void ensure_operator_token(const std::string& url, const std::filesystem::path& root) {
+  pg::Pool pool(url, 1);
+  tokens::Tokens tokens(pool);
+  const auto file = root / "operator.token";
+  for (const auto& token : tokens.list()) {
+    if (token.name == "operator" && !token.revoked_at) {
+      if (!std::filesystem::exists(file)) {
+        spdlog::warn(
+            "the operator token is not in {}; `runledger token create --scope operator` "
+            "makes another",
+            file.string());
+      }
+      return;
+    }
+  }
+  const auto created = tokens.create(tokens::Scope::operator_scope, "operator", std::nullopt);
+  std::filesystem::create_directories(root);
+  write_private_file(file, created.token);
 }
 
 int up(const Arguments& args) {
   const auto root_flag = args.text("--root");
-  const std::filesystem::path root = root_flag
-                                         ? std::filesystem::path(*root_flag)
-                                         : cluster::default_root(std::filesystem::current_path());
+  const std::filesystem::path root = command_root(root_flag);
+  const std::string listen = args.value("--listen");
 
   // Signals are taken synchronously by sigwaitinfo below; children start with none blocked.
   sigset_t handled;
@@ -53,21 +67,10 @@ int up(const Arguments& args) {
   sigaddset(&handled, SIGCHLD);
   sigprocmask(SIG_BLOCK, &handled, nullptr);
 
-  std::unique_ptr<cluster::EmbeddedCluster> db;
-  std::string url;
-  if (const char* external = std::getenv("DATABASE_URL"); external && *external) {
-    url = external;
-    spdlog::info("using DATABASE_URL; no embedded cluster");
-  } else {
-    cluster::Options options;
-    options.root = root;
-    db = std::make_unique<cluster::EmbeddedCluster>(options);
-    db->start();
-    url = db->url();
-    write_private_file(root / "database_url", url);
-    spdlog::info("embedded PostgreSQL on 127.0.0.1:{}, data in {}", db->port(), root.string());
-  }
+  auto db = std::make_unique<AttachedDatabase>(root);
+  const std::string url = db->url();
   migrations::apply(url);  // logs what it applies
+  ensure_operator_token(url, root);
 
   // The processes of a working installation: the service, a coordinator running the ship
   // pipeline on a local repository, a bot, and the merge actor standing in for the person who
@@ -91,6 +94,7 @@ int up(const Arguments& args) {
   const std::string repo = demo_repository(ship_root).string();
   std::vector<Supervised> children;  // filled one by one: a Child is not copyable
   children.push_back({{"runledger", "service"}});
+  children.push_back({{"runledger", "serve", "--listen", listen, "--root", root.string()}});
   children.push_back({{"runledger", "coordinator", "--ship-repo", repo, "--deploy-root",
                        demo_deploy_root(ship_root).string(), "--merge-poll-ms", "5000"}});
   children.push_back(
@@ -105,6 +109,9 @@ int up(const Arguments& args) {
     c.process = start_child(c.argv, url, c.first_env);
     spdlog::info("supervising {} (pid {})", c.argv[1], c.process->pid());
   }
+  spdlog::info("the API: {} (for bots: README, The HTTP API); operator token in {}",
+               listen.ends_with(":0") ? "see " + (root / "api_url").string() : "http://" + listen,
+               (root / "operator.token").string());
   spdlog::info("Ctrl-C stops everything");
 
   for (;;) {
@@ -138,10 +145,7 @@ int up(const Arguments& args) {
     c.process->wait_for(std::max(left, std::chrono::milliseconds(0)));
     c.process.reset();  // one still running is killed with SIGKILL (and reaped)
   }
-  if (db) {
-    std::filesystem::remove(root / "database_url");
-    db->stop();
-  }
+  db.reset();  // stops the embedded cluster, if it is ours
   spdlog::info("stopped");
   return 0;
 }
@@ -161,6 +165,10 @@ Command up_command() {
                            "(by default the cluster is in ./.runledger/pg, or "
                            "/var/lib/runledger/<hash> when run as root, the rest in "
                            "./.runledger)"},
+                  {.name = "--listen",
+                   .value = "ADDRESS:PORT",
+                   .help = "where `serve`, the HTTP API, listens",
+                   .fallback = "127.0.0.1:8080"},
                   {.name = "--no-demo", .help = "skip the first-start demo"}},
       .run = up,
   };

@@ -3,6 +3,7 @@
 #include "coordinator/rows.h"
 
 #include "errors/errors.h"
+#include "timestamps/timestamps.h"
 
 namespace runledger::coordinator {
 namespace {
@@ -115,6 +116,8 @@ StepRecord step_from_row(const pqxx::row& row) {
 
 json to_json(const Instance& i) {
   const auto optional = [](const auto& v) { return v ? json(*v) : json(); };
+  using timestamps::optional_rfc3339;
+  using timestamps::rfc3339;
   return {{"instance_id", i.instance_id.value()},
           {"workflow", i.workflow},
           {"version", i.version},
@@ -124,12 +127,12 @@ json to_json(const Instance& i) {
           {"error", i.error},
           {"generation", i.generation.value()},
           {"owner", optional(i.owner)},
-          {"wake_at", optional(i.wake_at)},
-          {"deadline_at", i.deadline_at},
+          {"wake_at", optional(optional_rfc3339(i.wake_at))},
+          {"deadline_at", rfc3339(i.deadline_at)},
           {"current_step", optional(i.current_step)},
-          {"created_at", i.created_at},
-          {"updated_at", i.updated_at},
-          {"finished_at", optional(i.finished_at)},
+          {"created_at", rfc3339(i.created_at)},
+          {"updated_at", rfc3339(i.updated_at)},
+          {"finished_at", optional(optional_rfc3339(i.finished_at))},
           {"rollback", i.rollback}};
 }
 

@@ -60,9 +60,10 @@ Claim Ledger::claim(const Owner& owner, const RunId& run) {
                   {"lease_expires_at", current.lease_expires_at.value_or("")}});
 }
 
-std::vector<Claim> Ledger::take_over_slot(const Owner& owner) {
+std::vector<Claim> Ledger::take_over_slot(const Owner& owner, int max) {
+  if (max < 1) throw InvalidArgument("max must be at least 1", {{"field", "max"}});
   return claims_from(claim_in_transaction(pool_, sql::kTakeOverSlot, options_.lease_ttl.count(),
-                                          owner.slot.value(), owner.incarnation.value()));
+                                          owner.slot.value(), owner.incarnation.value(), max));
 }
 
 }  // namespace runledger::ledger

@@ -24,6 +24,7 @@ void check_budget(const Budget& b, const Budget& max) {
 struct Insert {
   const DispatchRequest& request;
   const std::string& profile;
+  const std::optional<std::string>& input;
   Budget budget;
 };
 
@@ -36,7 +37,7 @@ Dispatched insert_run(pqxx::transaction_base& tx, const Insert& in, int depth) {
       pg::exec(tx, sql::kInsertRun, in.request.dispatch_key, in.request.thread_key,
                in.request.requester, in.profile, in.budget.wall_s, in.budget.max_steps,
                pg::nullable(parent_run), pg::nullable(in.request.parent_instance), depth,
-               pqxx::binarystring(in.request.system_prompt));
+               pqxx::binarystring(in.request.system_prompt), pg::nullable(in.input));
   if (!inserted.empty()) return {run_from_row(inserted[0]), true};
   return {run_from_row(pg::exec(tx, sql::kRunByDispatchKey, in.request.dispatch_key)[0]), false};
 }
@@ -84,10 +85,19 @@ Dispatched Ledger::dispatch(const DispatchRequest& request) {
                               std::to_string(options_.max_system_prompt_bytes) + " bytes",
                           {{"field", "system_prompt"}});
   }
+  std::optional<std::string> input;
+  if (!request.input.is_null()) {
+    input = request.input.dump();
+    if (input->size() > options_.max_input_bytes) {
+      throw InvalidArgument(
+          "input is larger than " + std::to_string(options_.max_input_bytes) + " bytes",
+          {{"field", "input"}});
+    }
+  }
   const Budget budget = request.budget.value_or(options_.default_budget);
   check_budget(budget, options_.max_budget);
 
-  const Insert insert{request, profile, budget};
+  const Insert insert{request, profile, input, budget};
   auto conn = pool_.acquire();
   try {
     if (!request.parent_run && !request.parent_instance) {
@@ -117,7 +127,7 @@ Dispatched Ledger::dispatch(const DispatchRequest& request) {
     const auto live = pg::exec(tx, sql::kLiveRunInThread, request.thread_key);
     const std::string live_run = live.empty() ? "" : live[0][0].as<std::string>();
     throw ThreadBusy("thread already has a live run " + live_run,
-                   {{"thread_key", request.thread_key}, {"live_run_id", live_run}});
+                     {{"thread_key", request.thread_key}, {"live_run_id", live_run}});
   }
 }
 

@@ -73,6 +73,8 @@ struct Options {
   std::size_t max_profile_bytes = 256 * 1024;
   // The largest system prompt accepted.
   std::size_t max_system_prompt_bytes = 4u << 20;
+  // The largest input JSON accepted, serialized.
+  std::size_t max_input_bytes = 1u << 20;
   // Terminal runs older than this are deleted by sweep_retention().
   std::chrono::seconds retention{std::chrono::hours(7 * 24)};
 };
@@ -87,6 +89,8 @@ struct DispatchRequest {
   std::optional<std::string> parent_instance;  // 1-255 characters of [A-Za-z0-9_.:-]
   // Bytes, stored and returned exactly (transcript::Store::system_prompt); never changed later.
   std::string system_prompt;
+  // Any JSON the run is given to work on; null: none. Stored with the run, never changed later.
+  nlohmann::json input = nullptr;
 };
 
 struct Run {
@@ -108,10 +112,19 @@ struct Run {
   std::optional<std::string> claimed_at;
   std::optional<std::string> finished_at;
   nlohmann::json result;  // null until terminal
+  nlohmann::json input;   // null when the dispatch gave none
 };
 
-// The run as JSON (the shape the CLI prints and the HTTP API will return).
+// The run as JSON (the shape the CLI prints; the HTTP API adds its transcript head and step
+// count). Timestamps are RFC 3339 in UTC (timestamps/timestamps.h). An owner's slot is printed as
+// it was claimed for: `slot` without the namespace prefix, and `via` "http" for a slot of the HTTP
+// namespace (kHttpSlotPrefix), else "database".
 nlohmann::json to_json(const Run& run);
+
+// Runs claimed over HTTP carry owner slot "http:<slot>": HTTP slots are a namespace of their own,
+// so an HTTP claim never takes the runs of a bot holding a database slot (boot/ refuses the
+// prefix for database slots).
+inline constexpr std::string_view kHttpSlotPrefix = "http:";
 
 struct Dispatched {
   Run run;
@@ -149,14 +162,22 @@ class Ledger {
   // Claims one run if it is queued or its lease expired, waiting for in-flight writes to it.
   // Conflict when it is leased by a live owner or terminal; NotFound when unknown.
   Claim claim(const Owner& owner, const RunId& run);
-  // Claims every running run held by another incarnation of owner.slot, leases or not. Only
-  // for a process that has proven that incarnation dead (it holds the slot).
-  std::vector<Claim> take_over_slot(const Owner& owner);
+  // Claims running runs held by another incarnation of owner.slot, leases or not, oldest first,
+  // at most `max`. Only for a process that has proven that incarnation dead (it holds the slot),
+  // or replaced it for good (an HTTP slot's newer incarnation).
+  std::vector<Claim> take_over_slot(const Owner& owner, int max = kAllRuns);
+  static constexpr int kAllRuns = 1 << 30;
 
   // Extends the leases of `runs` in one statement; returns the runs that are lost (another
   // generation owns them, or they ended): their owner must stop them at once.
   std::vector<RunId> heartbeat(const Owner& owner,
                                const std::vector<std::pair<RunId, Generation>>& runs);
+  struct Leases {
+    std::vector<RunId> lost;
+    std::optional<std::string> lease_expires_at;  // of the runs kept; none when none was kept
+  };
+  // heartbeat(), also saying until when the leases it kept now last.
+  Leases extend_leases(const Owner& owner, const std::vector<std::pair<RunId, Generation>>& runs);
 
   // Writes the terminal record. The same finish repeated is a no-op; a different one after it is
   // a Conflict. `status` must be terminal.

@@ -35,6 +35,11 @@ void Ledger::throw_refused(const RunId& run, Generation generation, std::string_
 
 std::vector<RunId> Ledger::heartbeat(const Owner& owner,
                                      const std::vector<std::pair<RunId, Generation>>& runs) {
+  return extend_leases(owner, runs).lost;
+}
+
+Ledger::Leases Ledger::extend_leases(const Owner& owner,
+                                     const std::vector<std::pair<RunId, Generation>>& runs) {
   if (runs.empty()) return {};
   const auto ids = array_literal(runs, [](const auto& r) { return r.first.value(); });
   const auto generations =
@@ -43,15 +48,18 @@ std::vector<RunId> Ledger::heartbeat(const Owner& owner,
   pqxx::nontransaction tx(*conn);
   const auto kept = pg::exec(tx, sql::kHeartbeat, options_.lease_ttl.count(), ids, generations,
                              owner.slot.value(), owner.incarnation.value());
+  Leases leases;
   std::vector<std::string> kept_ids;
-  for (const auto& row : kept) kept_ids.push_back(row[0].as<std::string>());
-  std::vector<RunId> lost;
+  for (const auto& row : kept) {
+    kept_ids.push_back(row[0].as<std::string>());
+    leases.lease_expires_at = row[1].as<std::string>();  // one statement: one now(), one end
+  }
   for (const auto& [run, generation] : runs) {
     if (std::find(kept_ids.begin(), kept_ids.end(), run.value()) == kept_ids.end()) {
-      lost.push_back(run);
+      leases.lost.push_back(run);
     }
   }
-  return lost;
+  return leases;
 }
 
 void Ledger::finish(const RunId& run, Generation generation, RunStatus status,

@@ -1,11 +1,21 @@
 #include "ledger/run_row.h"
 
+#include "timestamps/timestamps.h"
+
 namespace runledger::ledger {
 namespace {
 
 std::optional<std::string> optional_text(const pqxx::field& f) {
   if (f.is_null()) return std::nullopt;
   return f.as<std::string>();
+}
+
+nlohmann::json owner_json(const Owner& owner) {
+  const std::string& slot = owner.slot.value();
+  const bool http = slot.starts_with(kHttpSlotPrefix);
+  return {{"slot", http ? slot.substr(kHttpSlotPrefix.size()) : slot},
+          {"incarnation", owner.incarnation.value()},
+          {"via", http ? "http" : "database"}};
 }
 
 }  // namespace
@@ -38,6 +48,8 @@ Run run_from_row(const pqxx::row& row) {
       .finished_at = optional_text(row["finished_at"]),
       .result = row["result"].is_null() ? nlohmann::json()
                                         : nlohmann::json::parse(row["result"].as<std::string>()),
+      .input = row["input"].is_null() ? nlohmann::json()
+                                      : nlohmann::json::parse(row["input"].as<std::string>()),
   };
 }
 
@@ -55,16 +67,15 @@ nlohmann::json to_json(const Run& run) {
       {"profile", run.profile},
       {"status", to_string(run.status)},
       {"generation", run.generation.value()},
-      {"owner", run.owner ? nlohmann::json{{"slot", run.owner->slot.value()},
-                                           {"incarnation", run.owner->incarnation.value()}}
-                          : nlohmann::json()},
-      {"lease_expires_at", optional(run.lease_expires_at)},
+      {"owner", run.owner ? owner_json(*run.owner) : nlohmann::json()},
+      {"lease_expires_at", optional(timestamps::optional_rfc3339(run.lease_expires_at))},
       {"takeovers", run.takeovers},
       {"budget", {{"wall_s", run.budget.wall_s}, {"max_steps", run.budget.max_steps}}},
-      {"created_at", run.created_at},
-      {"claimed_at", optional(run.claimed_at)},
-      {"finished_at", optional(run.finished_at)},
+      {"created_at", timestamps::rfc3339(run.created_at)},
+      {"claimed_at", optional(timestamps::optional_rfc3339(run.claimed_at))},
+      {"finished_at", optional(timestamps::optional_rfc3339(run.finished_at))},
       {"result", run.result},
+      {"input", run.input},
   };
 }
 

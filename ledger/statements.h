@@ -17,12 +17,12 @@ namespace runledger::ledger::sql {
 #define RUNLEDGER_RUN_COLUMNS                                                                 \
   "run_id, dispatch_key, thread_key, parent_run_id, parent_instance_id, depth, requester, "   \
   "profile, status, generation, owner_slot, owner_incarnation, lease_expires_at, takeovers, " \
-  "budget_wall_s, budget_max_steps, created_at, claimed_at, finished_at, result"
+  "budget_wall_s, budget_max_steps, created_at, claimed_at, finished_at, result, input"
 #define RUNLEDGER_R_RUN_COLUMNS                                                              \
   "r.run_id, r.dispatch_key, r.thread_key, r.parent_run_id, r.parent_instance_id, r.depth, " \
   "r.requester, r.profile, r.status, r.generation, r.owner_slot, r.owner_incarnation, "      \
   "r.lease_expires_at, r.takeovers, r.budget_wall_s, r.budget_max_steps, r.created_at, "     \
-  "r.claimed_at, r.finished_at, r.result"
+  "r.claimed_at, r.finished_at, r.result, r.input"
 
 // $1 lease milliseconds, as used by every statement that sets a lease.
 #define RUNLEDGER_LEASE_END "runledger_now() + make_interval(secs => $1::bigint / 1000.0)"
@@ -30,8 +30,9 @@ namespace runledger::ledger::sql {
 inline constexpr pg::Statement kInsertRun{"ledger_insert_run", R"sql(
   INSERT INTO live_runs (dispatch_key, thread_key, requester, profile, budget_wall_s,
                          budget_max_steps, parent_run_id, parent_instance_id, depth,
-                         system_prompt)
-  VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::uuid, $8, $9, nullif($10::bytea, ''::bytea))
+                         system_prompt, input)
+  VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::uuid, $8, $9, nullif($10::bytea, ''::bytea),
+          $11::jsonb)
   ON CONFLICT (dispatch_key) DO NOTHING
   RETURNING )sql" RUNLEDGER_RUN_COLUMNS};
 
@@ -111,6 +112,7 @@ inline constexpr pg::Statement kTakeOverSlot{"ledger_take_over_slot", R"sql(
     SELECT run_id, status AS old_status FROM live_runs
     WHERE status = 'running' AND owner_slot = $2 AND owner_incarnation <> $3::uuid
     ORDER BY created_at
+    LIMIT $4
     FOR NO KEY UPDATE)
 )sql" RUNLEDGER_CLAIM_PICKED};
 
@@ -120,7 +122,7 @@ inline constexpr pg::Statement kHeartbeat{"ledger_heartbeat", R"sql(
   FROM unnest($2::uuid[], $3::bigint[]) AS h(run_id, generation)
   WHERE r.run_id = h.run_id AND r.generation = h.generation AND r.status = 'running'
     AND r.owner_slot = $4 AND r.owner_incarnation = $5::uuid
-  RETURNING r.run_id
+  RETURNING r.run_id, r.lease_expires_at
 )sql"};
 
 inline constexpr pg::Statement kFinish{"ledger_finish", R"sql(

@@ -129,4 +129,64 @@ Resume Settler::settle(const ledger::Claim& claim, const Callbacks& callbacks) {
   return resume;
 }
 
+std::string holder_tool_result(const ToolCall& call, std::string_view effect_key,
+                               const StepOutcome& outcome, bool synthetic) {
+  const bool failed = outcome.state == StepState::failed;
+  return nlohmann::json{{"type", "tool_result"},
+                        {"call_id", call.call_id},
+                        {"tool", call.tool},
+                        {"effect_key", effect_key},
+                        {"synthetic", synthetic},
+                        {"is_error", failed},
+                        {"text", failed ? outcome.error : outcome.result}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+HolderSettlement Settler::settle_for_holder(const RunId& run, Generation g) {
+  const ledger::Run current = ledger_.get(run);
+  if (current.status != ledger::RunStatus::running || current.generation != g) {
+    ledger_.throw_refused(run, g, "settle");
+  }
+  const auto steps = store_.steps(run);
+  const std::int64_t stalled = g.value() - std::max<std::int64_t>(progress_generation(steps), 1);
+  if (current.takeovers > 0 && stalled >= options_.max_takeovers_without_progress) {
+    ledger_.finish(run, g, ledger::RunStatus::interrupted,
+                   {{"error", "stalled"},
+                    {"claims_without_progress", stalled},
+                    {"message", "the run was taken over " + std::to_string(stalled) +
+                                    " times without completing a step"}});
+    return {true, {}, {}};
+  }
+  HolderSettlement out{false, {}, {}};
+  for (const auto& step : steps) {
+    const ToolCall call = call_of(step);
+    const EffectClass effect_class = classes_.classify(step.tool);
+    if (step.state == StepState::intent) {
+      if (effect_class == EffectClass::unsafe) {
+        const StepOutcome outcome = StepOutcome::settled(synthetic_message(call, step.effect_key));
+        store_.complete_with_result(run, g, step.step_no, outcome,
+                                    holder_tool_result(call, step.effect_key, outcome, true),
+                                    record(Rule::synthetic_unsafe, g, effect_class));
+        out.settled.push_back({step.step_no, Rule::synthetic_unsafe, step.effect_key});
+        continue;
+      }
+      const Rule rule =
+          effect_class == EffectClass::pure ? Rule::rerun_pure : Rule::rerun_idempotent;
+      // Recorded once, by the first generation that hands the call back.
+      if (step.settlement.is_null()) {
+        store_.record_settlement(run, g, step.step_no, record(rule, g, effect_class));
+      }
+      out.rerun.push_back({step.step_no, rule, call, step.effect_key});
+    } else if (!step.result_seq) {
+      const StepOutcome outcome = recorded_outcome(step);
+      store_.append_tool_result(
+          run, g, step.step_no,
+          holder_tool_result(call, step.effect_key, outcome, step.state == StepState::settled),
+          record(Rule::append_missing_result, g, effect_class));
+      out.settled.push_back({step.step_no, Rule::append_missing_result, step.effect_key});
+    }
+  }
+  return out;
+}
+
 }  // namespace runledger::settlement

@@ -110,6 +110,33 @@ struct Resume {
 // The synthetic result of an unsafe call that was in flight at a restart, in words for a model.
 std::string synthetic_message(const ToolCall& call, std::string_view effect_key);
 
+// Settlement for a holder that runs its tools itself, elsewhere (a bot over HTTP): the settler
+// writes what it can alone and hands back the calls the holder must run again.
+struct HolderStep {
+  StepNo step;
+  Rule rule;
+  std::string effect_key;
+};
+struct RerunCall {
+  StepNo step;
+  Rule rule;
+  ToolCall call;
+  std::string effect_key;
+};
+struct HolderSettlement {
+  bool interrupted;                 // finished `interrupted` by the stall rule
+  std::vector<HolderStep> settled;  // written now: synthetic results, missing tool_result entries
+  std::vector<RerunCall> rerun;     // pure and idempotent calls in flight: the holder's to run
+};
+
+// The tool_result entry the settler writes for such a holder, one documented JSON shape (bots
+// translate it to their model provider's format):
+//   {"type": "tool_result", "call_id", "tool", "effect_key", "synthetic", "is_error", "text"}
+// `synthetic` is true for a result the settler made up (an unsafe call in flight at a restart);
+// `text` is the tool's result or error as recorded (invalid UTF-8 replaced by U+FFFD).
+std::string holder_tool_result(const ToolCall& call, std::string_view effect_key,
+                               const transcript::StepOutcome& outcome, bool synthetic);
+
 class Settler {
  public:
   Settler(ledger::Ledger& ledger, transcript::Store& store, EffectClasses classes,
@@ -118,6 +145,15 @@ class Settler {
   // Settles a run just claimed by `claim` (generation claim.run.generation). FencedError if
   // another process claims it meanwhile: the caller stops driving it.
   Resume settle(const ledger::Claim& claim, const Callbacks& callbacks);
+
+  // Settles `run` for its holder under `generation` (after a reclaim or a release alike), in
+  // step order: an unsafe call in flight gets its synthetic result, a result missing from the
+  // transcript its tool_result entry (both holder_tool_result()), and a pure or idempotent call in
+  // flight is returned in `rerun` with its rule recorded on the step. The tool calls of the last
+  // turn that never started are the holder's to find (the settler never reads turns). The stall
+  // rule applies when the run was ever taken over. Repeating it settles nothing more: the calls
+  // still in flight come back in `rerun` again. FencedError if `generation` does not hold the run.
+  HolderSettlement settle_for_holder(const RunId& run, Generation generation);
 
  private:
   ledger::Ledger& ledger_;

@@ -58,15 +58,80 @@ Store::Store(pg::Pool& pool, ledger::Ledger& ledger, Options options)
 
 std::int64_t Store::append(const RunId& run, Generation generation, EntryKind kind,
                            std::string_view body) {
+  return append_at(run, generation, kind, body, std::nullopt).seq;
+}
+
+Head Store::append_at(const RunId& run, Generation generation, EntryKind kind,
+                      std::string_view body, std::optional<std::int64_t> expected_seq) {
   check_entry_size(body, options_.max_entry_bytes);
+  if (expected_seq && *expected_seq < 1) {
+    throw InvalidArgument("expected_seq must be at least 1", {{"field", "expected_seq"}});
+  }
   {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
-    const auto rows = pg::exec(tx, sql::kAppend, run.value(), generation.value(),
-                               std::string(to_string(kind)), bytes_param(body));
-    if (!rows.empty()) return rows[0][0].as<std::int64_t>();
+    const auto rows =
+        pg::exec(tx, sql::kAppend, run.value(), generation.value(), std::string(to_string(kind)),
+                 bytes_param(body), SeqParam(expected_seq).get());
+    if (!rows.empty()) return {rows[0][0].as<std::int64_t>(), digest_from(rows[0][1])};
+  }
+  if (expected_seq) {
+    if (auto repeated = explain_refused_at(run, generation, kind, body, *expected_seq)) {
+      return *repeated;
+    }
   }
   ledger_.throw_refused(run, generation, "transcript append");
+}
+
+std::optional<Head> Store::explain_refused_at(const RunId& run, Generation generation,
+                                              EntryKind kind, std::string_view body,
+                                              std::int64_t expected_seq) {
+  const ledger::Run current = still_owned(run, generation, "transcript append");
+  const Head head = this->head(run);
+  if (head.seq == expected_seq - 1) return std::nullopt;
+  if (head.seq >= expected_seq) {
+    auto conn = pool_.acquire();
+    pqxx::nontransaction tx(*conn);
+    const auto rows = pg::exec(tx, sql::kEntryIdentity, run.value(), expected_seq);
+    if (!rows.empty()) {
+      const auto& row = rows[0];
+      const auto stored = digest_from(row["sha256"]);
+      if (row["kind"].as<std::string>() == to_string(kind) &&
+          row["generation"].as<std::int64_t>() == generation.value() &&
+          chain(digest_from(row["previous"]), expected_seq, kind, body) == stored) {
+        return Head{expected_seq, stored};
+      }
+    }
+    throw Conflict("entry " + std::to_string(expected_seq) + " of run " + run.value() +
+                       " is already another entry",
+                   {{"run_id", run.value()},
+                    {"expected_seq", expected_seq},
+                    {"seq", head.seq},
+                    {"generation", current.generation.value()}});
+  }
+  throw Conflict("the transcript of run " + run.value() + " ends at entry " +
+                     std::to_string(head.seq) + ", not " + std::to_string(expected_seq - 1),
+                 {{"run_id", run.value()}, {"expected_seq", expected_seq}, {"seq", head.seq}});
+}
+
+std::vector<std::pair<RunId, Store::RunRecord>> Store::run_records(const std::vector<RunId>& runs) {
+  std::vector<std::pair<RunId, RunRecord>> out;
+  if (runs.empty()) return out;
+  std::string ids = "{";
+  for (const auto& run : runs) {
+    if (ids.size() > 1) ids += ',';
+    ids += run.value();
+  }
+  ids += '}';
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  for (const auto& row : pg::exec(tx, sql::kRunRecords, ids)) {
+    out.emplace_back(
+        RunId(row["run_id"].as<std::string>()),
+        RunRecord{{row["transcript_seq"].as<std::int64_t>(), digest_from(row["transcript_sha256"])},
+                  row["steps"].as<std::int64_t>()});
+  }
+  return out;
 }
 
 Head Store::head(const RunId& run) {
@@ -98,6 +163,14 @@ std::string Store::system_prompt(const RunId& run) {
 
 void Store::read(const RunId& run, std::int64_t from_seq,
                  const std::function<void(const Entry&)>& fn) {
+  read_while(run, from_seq, [&](const Entry& entry) {
+    fn(entry);
+    return true;
+  });
+}
+
+void Store::read_while(const RunId& run, std::int64_t from_seq,
+                       const std::function<bool(const Entry&)>& fn) {
   std::int64_t next = std::max<std::int64_t>(from_seq, 1);
   const auto slice = static_cast<std::int64_t>(options_.read_slice_bytes);
   for (;;) {
@@ -132,7 +205,7 @@ void Store::read(const RunId& run, std::int64_t from_seq,
       }
     }
     for (auto& entry : page) {
-      fn(entry);
+      if (!fn(entry)) return;
       next = entry.seq + 1;
       std::string().swap(entry.body);  // release each body as soon as it has been handed out
     }

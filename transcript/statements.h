@@ -46,9 +46,25 @@ namespace runledger::transcript::sql {
   "SELECT o.run_id, i.step_no, $2, i.tool, i.call_id, i.args, o.run_id || '/' || i.step_no " \
   "FROM owner o CROSS JOIN intents i "
 
+// The head update admits only an append as entry $N when $N is not NULL (an HTTP client's
+// expected_seq): a repeated request then changes nothing.
+#define RUNLEDGER_AT_SEQ(N) "AND (" N "::bigint IS NULL OR r.transcript_seq = " N "::bigint - 1) "
+
 inline constexpr pg::Statement kAppend{
-    "transcript_append", "WITH head AS (" RUNLEDGER_HEAD_UPDATE("$3", "$4") RUNLEDGER_HEAD_RETURNING
-    ") " RUNLEDGER_INSERT_ENTRY("$3", "$4") "RETURNING seq"};
+    "transcript_append",
+    "WITH head AS (" RUNLEDGER_HEAD_UPDATE("$3", "$4") RUNLEDGER_AT_SEQ("$5")
+        RUNLEDGER_HEAD_RETURNING ") " RUNLEDGER_INSERT_ENTRY("$3", "$4") "RETURNING seq, sha256"};
+
+// What decides whether the entry at $2 is the one a repeated append would write: its kind,
+// generation and chain hash, and the hash before it.
+inline constexpr pg::Statement kEntryIdentity{"transcript_entry_identity", R"sql(
+  SELECT e.kind, e.generation, e.sha256,
+         coalesce(p.sha256, decode(repeat('00', 32), 'hex'))
+           AS previous
+  FROM transcript_entries e
+  LEFT JOIN transcript_entries p ON p.run_id = e.run_id AND p.seq = e.seq - 1
+  WHERE e.run_id = $1::uuid AND e.seq = $2
+)sql"};
 
 // Intents alone: refused as a whole (no row) when $2 does not own the run or the budget is spent.
 inline constexpr pg::Statement kBeginSteps{"transcript_begin_steps",
@@ -64,7 +80,7 @@ inline constexpr pg::Statement kBeginSteps{"transcript_begin_steps",
 inline constexpr pg::Statement kAppendTurn{
     "transcript_append_turn",
     "WITH " RUNLEDGER_INTENTS ", head AS (" RUNLEDGER_HEAD_UPDATE("'assistant'", "$5")
-    RUNLEDGER_WITHIN_BUDGET RUNLEDGER_HEAD_RETURNING "), "
+    RUNLEDGER_WITHIN_BUDGET RUNLEDGER_AT_SEQ("$6") RUNLEDGER_HEAD_RETURNING "), "
     "entry AS (" RUNLEDGER_INSERT_ENTRY("'assistant'", "$5") "RETURNING seq), "
     "owner AS (SELECT run_id FROM head), "
     "steps AS (" RUNLEDGER_INSERT_INTENTS "RETURNING step_no, effect_key) "
@@ -100,7 +116,8 @@ inline constexpr pg::Statement kCompleteWithResult{
     "transcript_complete_with_result",
     "WITH owned AS " RUNLEDGER_OWNED_RUN("FOR NO KEY UPDATE") ", "
     "step AS (" RUNLEDGER_COMPLETE_STEP(
-        "owned", ", result_seq = o.transcript_seq + 1, settlement = $8::jsonb ")
+        "owned", ", result_seq = o.transcript_seq + 1, settlement = coalesce($8::jsonb, "
+                 "s.settlement) ")
     "RETURNING s.step_no), "
     RUNLEDGER_APPEND_RESULT_OF_STEP("$7")};
 
@@ -114,6 +131,20 @@ inline constexpr pg::Statement kAppendToolResult{
     "  FROM owned o WHERE s.run_id = o.run_id AND s.step_no = $3 AND s.state <> 'intent' "
     "    AND s.result_seq IS NULL RETURNING s.step_no), "
     RUNLEDGER_APPEND_RESULT_OF_STEP("$4")};
+
+// Records how settlement handled a step still in flight that the run's holder will run again
+// (over HTTP the bot re-runs it): the step stays an intent.
+inline constexpr pg::Statement kRecordSettlement{
+    "transcript_record_settlement",
+    "UPDATE run_steps s SET settlement = $4::jsonb FROM " RUNLEDGER_OWNED_RUN("FOR SHARE")
+    " o WHERE s.run_id = o.run_id AND s.step_no = $3 AND s.state = 'intent' RETURNING s.step_no"};
+
+// For a page of runs: each one's transcript head and how many steps it has.
+inline constexpr pg::Statement kRunRecords{"transcript_run_records", R"sql(
+  SELECT r.run_id, r.transcript_seq, r.transcript_sha256,
+         (SELECT count(*) FROM run_steps s WHERE s.run_id = r.run_id) AS steps
+  FROM live_runs r WHERE r.run_id = ANY($1::uuid[])
+)sql"};
 
 inline constexpr pg::Statement kHead{
     "transcript_head",
@@ -185,6 +216,7 @@ inline constexpr pg::Statement kNextStepNo{
     "transcript_next_step_no",
     "SELECT coalesce(max(step_no), 0) + 1 FROM run_steps WHERE run_id = $1::uuid"};
 
+#undef RUNLEDGER_AT_SEQ
 #undef RUNLEDGER_HEAD_UPDATE
 #undef RUNLEDGER_INSERT_ENTRY
 #undef RUNLEDGER_HEAD_RETURNING

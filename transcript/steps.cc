@@ -165,20 +165,38 @@ std::string Store::begin_step(const RunId& run, Generation generation, const Ste
 TurnWritten Store::append_turn(const RunId& run, Generation generation,
                                std::string_view assistant_turn,
                                const std::vector<StepIntent>& intents) {
+  return append_turn_at(run, generation, assistant_turn, intents, std::nullopt);
+}
+
+TurnWritten Store::append_turn_at(const RunId& run, Generation generation,
+                                  std::string_view assistant_turn,
+                                  const std::vector<StepIntent>& intents,
+                                  std::optional<std::int64_t> expected_seq) {
   check_entry_size(assistant_turn, options_.max_entry_bytes);
+  if (expected_seq && *expected_seq < 1) {
+    throw InvalidArgument("expected_seq must be at least 1", {{"field", "expected_seq"}});
+  }
   const std::string json = intents_json(intents, options_.max_args_bytes);
   pqxx::result rows;
   try {
     auto conn = pool_.acquire();
     pqxx::nontransaction tx(*conn);
     rows = pg::exec(tx, sql::kAppendTurn, run.value(), generation.value(), highest_step(intents),
-                    json, bytes_param(assistant_turn));
+                    json, bytes_param(assistant_turn), SeqParam(expected_seq).get());
   } catch (const pqxx::unique_violation&) {
     throw Conflict(
         "a step of this turn is already recorded for run " + run.value() + "; nothing was written",
         {{"run_id", run.value()}});
   }
-  if (rows[0]["seq"].is_null()) explain_refused_intents(run, generation, intents);
+  if (rows[0]["seq"].is_null()) {
+    if (expected_seq) {
+      if (const auto repeated = explain_refused_at(run, generation, EntryKind::assistant,
+                                                   assistant_turn, *expected_seq)) {
+        return repeated_turn(run, repeated->seq, intents);
+      }
+    }
+    explain_refused_intents(run, generation, intents);
+  }
   TurnWritten out{rows[0]["seq"].as<std::int64_t>(), {}};
   for (const auto& key : nlohmann::json::parse(rows[0]["keys"].as<std::string>())) {
     out.effect_keys.push_back(key.get<std::string>());
@@ -253,6 +271,45 @@ std::int64_t Store::count_entries(const RunId& run, EntryKind kind) {
   pqxx::nontransaction tx(*conn);
   return pg::exec(tx, sql::kCountEntriesOfKind, run.value(), std::string(to_string(kind)))[0][0]
       .as<std::int64_t>();
+}
+
+TurnWritten Store::repeated_turn(const RunId& run, std::int64_t seq,
+                                 const std::vector<StepIntent>& intents) {
+  TurnWritten out{seq, {}};
+  for (const auto& intent : intents) {
+    std::optional<Step> recorded;
+    try {
+      recorded = read_step(run, intent.step_no);
+    } catch (const NotFound&) {
+    }
+    if (!recorded || recorded->tool != intent.tool || recorded->call_id != intent.call_id ||
+        recorded->args != intent.args) {
+      throw Conflict("entry " + std::to_string(seq) + " of run " + run.value() +
+                         " is this turn, but step " + std::to_string(intent.step_no.value()) +
+                         " is not its intent",
+                     {{"run_id", run.value()}, {"step_no", intent.step_no.value()}});
+    }
+    out.effect_keys.push_back(recorded->effect_key);
+  }
+  return out;
+}
+
+void Store::record_settlement(const RunId& run, Generation generation, StepNo step,
+                              const nlohmann::json& settlement) {
+  {
+    auto conn = pool_.acquire();
+    pqxx::nontransaction tx(*conn);
+    if (!pg::exec(tx, sql::kRecordSettlement, run.value(), generation.value(), step.value(),
+                  settlement.dump())
+             .empty()) {
+      return;
+    }
+  }
+  still_owned(run, generation, "settlement record");
+  read_step(run, step);  // NotFound when it has no intent
+  throw Conflict(
+      "step " + std::to_string(step.value()) + " of run " + run.value() + " is not in flight",
+      {{"run_id", run.value()}, {"step_no", step.value()}});
 }
 
 ledger::Run Store::still_owned(const RunId& run, Generation generation, std::string_view action) {

@@ -171,9 +171,19 @@ class Store {
   // Appends one entry; returns its seq.
   std::int64_t append(const RunId& run, Generation generation, EntryKind kind,
                       std::string_view body);
+  // An append that lands only as entry `expected_seq` (none: as the next entry, whatever its
+  // seq), returning the new head. Safe to repeat: when the entry at expected_seq is already the
+  // identical one (kind, body and generation: this very append, whose answer was lost), it is
+  // returned and nothing is written; Conflict when it is another entry, or when the transcript
+  // does not end at expected_seq - 1.
+  Head append_at(const RunId& run, Generation generation, EntryKind kind, std::string_view body,
+                 std::optional<std::int64_t> expected_seq);
   Head head(const RunId& run);
   // Calls `fn` for each entry with seq >= from_seq, in order.
   void read(const RunId& run, std::int64_t from_seq, const std::function<void(const Entry&)>& fn);
+  // The same, until `fn` returns false.
+  void read_while(const RunId& run, std::int64_t from_seq,
+                  const std::function<bool(const Entry&)>& fn);
   Verification verify(const RunId& run);
   // The bytes given at dispatch (empty when none were).
   std::string system_prompt(const RunId& run);
@@ -188,6 +198,17 @@ class Store {
 
   TurnWritten append_turn(const RunId& run, Generation generation, std::string_view assistant_turn,
                           const std::vector<StepIntent>& intents);
+  // append_turn() landing only as entry `expected_seq`; a repeat of the identical turn (the same
+  // entry and the same intents) returns what the first wrote, like append_at().
+  TurnWritten append_turn_at(const RunId& run, Generation generation,
+                             std::string_view assistant_turn,
+                             const std::vector<StepIntent>& intents,
+                             std::optional<std::int64_t> expected_seq);
+  // Records on a step still in flight how settlement handled it, when the run's holder will run
+  // it again itself (an HTTP bot): the step stays an intent until it is completed. FencedError,
+  // NotFound, or Conflict when the step is not in flight.
+  void record_settlement(const RunId& run, Generation generation, StepNo step,
+                         const nlohmann::json& settlement);
   // `settlement`, when not null, is recorded on the step (which rule settled it, and so on).
   void complete_with_result(const RunId& run, Generation generation, StepNo step,
                             const StepOutcome& outcome, std::string_view tool_result,
@@ -199,6 +220,13 @@ class Store {
 
   // NotFound for an unknown run.
   Summary summary(const RunId& run);
+  // For a page of runs, in one statement: each one's head and step count (runs that do not exist
+  // are left out).
+  struct RunRecord {
+    Head head;
+    std::int64_t steps;
+  };
+  std::vector<std::pair<RunId, RunRecord>> run_records(const std::vector<RunId>& runs);
   // The run's steps in step order, a page at a time; a run without steps (or none at all) has an
   // empty page. InvalidArgument for a cursor another listing made (or none made) or a limit
   // outside 1-1000.
@@ -211,7 +239,16 @@ class Store {
  private:
   [[noreturn]] void explain_refused_intents(const RunId& run, Generation generation,
                                             const std::vector<StepIntent>& intents);
+  // After an append at expected_seq changed nothing: returns when the entry there is the
+  // identical one (its head: the seq and hash of that entry); throws FencedError, NotFound or
+  // Conflict otherwise. none: the refusal was not about the seq (the caller explains it).
+  std::optional<Head> explain_refused_at(const RunId& run, Generation generation, EntryKind kind,
+                                         std::string_view body, std::int64_t expected_seq);
   Step read_step(const RunId& run, StepNo step);  // NotFound when it has no intent
+  // The answer to a repeat of a turn whose entry is at `seq`: Conflict unless each intent is
+  // recorded as given.
+  TurnWritten repeated_turn(const RunId& run, std::int64_t seq,
+                            const std::vector<StepIntent>& intents);
   // The run, if `generation` still owns it; FencedError (or NotFound) otherwise.
   ledger::Run still_owned(const RunId& run, Generation generation, std::string_view action);
   // Returns when the refused completion is the identical one already recorded.

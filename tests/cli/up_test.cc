@@ -12,6 +12,7 @@
 #include "ids/ids.h"
 #include "ledger/ledger.h"
 #include "tests/support/child_process.h"
+#include "tests/support/http_client.h"
 
 using namespace runledger;
 using namespace std::chrono_literals;
@@ -20,7 +21,8 @@ namespace fs = std::filesystem;
 namespace {
 
 pid_t spawn_up(const fs::path& root, bool demo = false) {
-  std::vector<std::string> args = {"up", "--root", root.string()};
+  // Port 0: tests in parallel never contend for the API's port.
+  std::vector<std::string> args = {"up", "--root", root.string(), "--listen", "127.0.0.1:0"};
   if (!demo) args.push_back("--no-demo");
   return testing::spawn(RUNLEDGER_BINARY, args, {{"DATABASE_URL", std::nullopt}});
 }
@@ -149,6 +151,35 @@ TEST_CASE("up's first start ships a chat request end to end through a bot killed
             .as<int>() == 1);
   CHECK(tx.exec("SELECT max(takeovers) FROM live_runs")[0][0].as<int>() >= 1);
   CHECK(tx.exec("SELECT count(*) FROM deploys")[0][0].as<int>() == 1);
+  kill(up, SIGINT);
+  CHECK(wait_exit(up, 60s) == 0);
+}
+
+TEST_CASE("up serves the API and keeps its operator token in <root>/operator.token, mode 0600") {
+  Root root;
+  const pid_t up = spawn_up(root.path);
+  REQUIRE_FALSE(wait_for_database(root.path, 90s).empty());
+  std::uint16_t port = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (port == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(root.path / "api_url");
+    std::string url;
+    if (in && std::getline(in, url) && !url.empty()) {
+      port = static_cast<std::uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(port != 0);
+  const auto file = root.path / "operator.token";
+  REQUIRE(fs::exists(file));
+  CHECK((fs::status(file).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write));
+  std::ifstream in(file);
+  std::string token;
+  std::getline(in, token);
+  testing::HttpClient c(port, token);
+  const auto listed = c.get("/v1/runs?status=queued");
+  CHECK(listed.status == 200);
   kill(up, SIGINT);
   CHECK(wait_exit(up, 60s) == 0);
 }
