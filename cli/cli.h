@@ -32,6 +32,7 @@ Command ship_command();         // start the ship pipeline for a chat message
 Command threads_command();      // threads show T: a thread's outbox
 Command policy_command();       // policy grant | revoke
 Command merge_actor_command();  // merges approved change requests (tests, demo)
+Command token_command();        // token create | list | revoke: API tokens
 Command demo_command();         // `up`'s first-start demo (once per database)
 Command serve_command();        // the HTTP/JSON API server
 
@@ -42,9 +43,10 @@ bool demo_shown(const std::string& database_url);
 // Creates the demo's bare repository (with one commit on main) unless it exists.
 void prepare_demo_repository(const std::filesystem::path& root);
 
-// DATABASE_URL, else the URL a running `runledger up` for this directory wrote; throws
-// InvalidArgument saying how to get one when there is neither.
-std::string database_url();
+// DATABASE_URL, else the URL a running `runledger up` wrote into its root: `root` when given
+// (`up --root DIR`), else this directory's default root. Throws InvalidArgument saying how to get
+// one when there is neither.
+std::string database_url(const std::optional<std::filesystem::path>& root = std::nullopt);
 
 // `--root` as given, else the embedded cluster's default root for the current directory.
 std::filesystem::path command_root(const std::optional<std::string>& root_flag);

@@ -15,7 +15,8 @@ Command program() {
       .subcommands = {up_command(), serve_command(), demo_command(), service_command(),
                       migrate_command(), dispatch_command(), runs_command(), sweep_command(),
                       bot_command(), coordinator_command(), instances_command(), ship_command(),
-                      threads_command(), policy_command(), merge_actor_command(), db_url_command()},
+                      threads_command(), policy_command(), merge_actor_command(), token_command(),
+                      db_url_command()},
       .footer =
           "Commands other than `up` use DATABASE_URL, or the database of a running "
           "`runledger up` started in the current directory.\n\n"

@@ -2,7 +2,9 @@
 
 #include <openssl/evp.h>
 
+#include <cstdint>
 #include <stdexcept>
+#include <string>
 
 namespace runledger::digest {
 
@@ -52,6 +54,44 @@ std::string hex(std::string_view bytes) {
 
 std::string hex(const Sha256Digest& digest) {
   return hex(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
+}
+
+namespace {
+constexpr char kBase64urlAlphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+}  // namespace
+
+std::string base64url(std::string_view bytes) {
+  std::string out;
+  std::uint32_t bits = 0;
+  int count = 0;
+  for (const unsigned char c : bytes) {
+    bits = (bits << 8) | c;
+    count += 8;
+    while (count >= 6) {
+      count -= 6;
+      out.push_back(kBase64urlAlphabet[(bits >> count) & 0x3f]);
+    }
+  }
+  if (count > 0) out.push_back(kBase64urlAlphabet[(bits << (6 - count)) & 0x3f]);
+  return out;
+}
+
+std::optional<std::string> from_base64url(std::string_view text) {
+  std::string out;
+  std::uint32_t bits = 0;
+  int count = 0;
+  for (const char c : text) {
+    const char* found = std::char_traits<char>::find(kBase64urlAlphabet, 64, c);
+    if (found == nullptr) return std::nullopt;
+    bits = (bits << 6) | static_cast<std::uint32_t>(found - kBase64urlAlphabet);
+    count += 6;
+    if (count >= 8) {
+      count -= 8;
+      out.push_back(static_cast<char>((bits >> count) & 0xff));
+    }
+  }
+  return out;
 }
 
 }  // namespace runledger::digest

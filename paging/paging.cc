@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "digest/digest.h"
 #include "errors/errors.h"
 
 namespace runledger::paging {
@@ -15,42 +16,6 @@ constexpr std::int64_t kLatestMicros = 253'402'300'799'999'999;
 
 // Far more than any cursor encode_cursor makes; a longer one is not worth decoding.
 constexpr std::size_t kLongestCursor = 4096;
-
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-// base64url without padding: cursors travel in URLs.
-std::string base64url(std::string_view bytes) {
-  std::string out;
-  std::uint32_t bits = 0;
-  int count = 0;
-  for (const unsigned char c : bytes) {
-    bits = (bits << 8) | c;
-    count += 8;
-    while (count >= 6) {
-      count -= 6;
-      out.push_back(kAlphabet[(bits >> count) & 0x3f]);
-    }
-  }
-  if (count > 0) out.push_back(kAlphabet[(bits << (6 - count)) & 0x3f]);
-  return out;
-}
-
-std::optional<std::string> from_base64url(std::string_view text) {
-  std::string out;
-  std::uint32_t bits = 0;
-  int count = 0;
-  for (const char c : text) {
-    const char* found = std::char_traits<char>::find(kAlphabet, 64, c);
-    if (found == nullptr) return std::nullopt;
-    bits = (bits << 6) | static_cast<std::uint32_t>(found - kAlphabet);
-    count += 6;
-    if (count >= 8) {
-      count -= 8;
-      out.push_back(static_cast<char>((bits >> count) & 0xff));
-    }
-  }
-  return out;
-}
 
 [[noreturn]] void refuse(const Listing& listing) {
   throw InvalidArgument("cursor is not one of this listing (" + std::string(listing.name) +
@@ -71,12 +36,13 @@ std::string encode_cursor(const Listing& listing, const Position& last) {
   nlohmann::json key = nlohmann::json::array({std::string(listing.name)});
   if (last.at_us) key.push_back(*last.at_us);
   key.push_back(last.id);
-  return base64url(key.dump());
+  // base64url: cursors travel in URLs.
+  return digest::base64url(key.dump());
 }
 
 Position decode_cursor(const Listing& listing, std::string_view cursor) {
   if (cursor.size() > kLongestCursor) refuse(listing);
-  const auto text = from_base64url(cursor);
+  const auto text = digest::from_base64url(cursor);
   if (!text) refuse(listing);
   const auto key = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   const std::size_t size = listing.ordered_by_time ? 3 : 2;

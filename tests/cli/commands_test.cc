@@ -204,6 +204,9 @@ TEST_CASE("runledger and runledger --help print the usage listing every command"
                             "policy grant",
                             "policy revoke",
                             "merge-actor",
+                            "token create",
+                            "token list",
+                            "token revoke",
                             "db-url"}) {
     INFO(known);
     CHECK(listed.contains(known));
@@ -323,6 +326,8 @@ TEST_CASE("refusals and usage come before the database: a command that connects 
       {{"instances"}, "missing a command"},
       {{"instances", "terminate", "i", "--by", "me", "--rollback=yes"}, "--rollback"},
       {{"demo"}, "--root is required"},
+      {{"token", "create", "--scope", "admin", "--name", "n"}, "unknown scope 'admin'"},
+      {{"token", "revoke"}, "missing NAME"},
       {{"up", "--root"}, "--root needs a value"},
       {{"merge-actor", "--ship-repo", "r", "--delay-ms", "1.5"}, "--delay-ms"},
   };

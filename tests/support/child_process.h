@@ -15,10 +15,11 @@ namespace runledger::testing {
 
 // Starts `binary` with `args` (argv[1..]); `env` sets (a value) or unsets (nullopt) variables on
 // top of the test's environment; `output`, when given, is the file the child's stdout and stderr
-// go to (truncated), instead of the test's own.
+// go to (truncated), instead of the test's own; `error_output`, when given too, takes stderr.
 inline pid_t spawn(const std::string& binary, const std::vector<std::string>& args,
                    const std::map<std::string, std::optional<std::string>>& env = {},
-                   const std::optional<std::string>& output = std::nullopt) {
+                   const std::optional<std::string>& output = std::nullopt,
+                   const std::optional<std::string>& error_output = std::nullopt) {
   std::vector<std::string> argv_storage = {"runledger"};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   const pid_t pid = fork();
@@ -33,7 +34,8 @@ inline pid_t spawn(const std::string& binary, const std::vector<std::string>& ar
   if (output) {
     const int fd = ::open(output->c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
+    dup2(error_output ? ::open(error_output->c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) : fd,
+         STDERR_FILENO);
   }
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
