@@ -9,12 +9,12 @@ module test and module benchmark, with its folder, sources and declared dependen
   - A module's files include its own headers, and the public header (<folder>/<leaf>.h) of a
     module it depends on, directly or through its dependencies. An application's files likewise;
     an application has no public header.
-  - tests/ and bench/ include public headers of any module, and their own files. A module's own
-    tests (tests/<its folder>/, or the sources of a test declared with MODULE it) and benchmark
-    (declared with MODULE it) may include its private headers, saying why on the include line
-    with a `// private: ...` comment.
-  - Every .cc/.h belongs to a module, or to tests/ or bench/; headers are included by their path
-    from the source root.
+  - tests/, bench/ and fuzz/ include public headers of any module, and their own files. A
+    module's own tests (tests/<its folder>/, or the sources of a test declared with MODULE it)
+    and benchmark (declared with MODULE it) may include its private headers, saying why on the
+    include line with a `// private: ...` comment.
+  - Every .cc/.h belongs to a module, or to tests/, bench/ or fuzz/; headers are included by
+    their path from the source root.
 """
 import json
 import os
@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"(.*)$')
-SUPPORT_TREES = ("tests", "bench")
+SUPPORT_TREES = ("tests", "bench", "fuzz")
 
 
 def source_files(root):
@@ -134,6 +134,8 @@ def self_test():
         "tests/c/c_test.cc": '#include "a/impl.h"  // private: not c\'s\n',  # not its own
         "bench/a_bench.cc": '#include "a/impl.h"  // private: its SQL\n',
         "bench/c_bench.cc": '#include "a/impl.h"  // private: its SQL\n',  # c's bench
+        "fuzz/a_fuzz.cc": '#include "a/a.h"\n',
+        "fuzz/impl_fuzz.cc": '#include "a/impl.h"\n',                  # private from fuzz/
         "loose.cc": "",                                                   # in no module
         "d/d.cc": '#include "tests/a/a_test.cc"\n',                      # tests from a module
     }
@@ -154,7 +156,7 @@ def self_test():
                 f.write(text)
         errors = check(targets, root)
     expected = ["b/b.cc:1", "c/c.cc:2", "tests/a/silent_test.cc:1", "tests/c/c_test.cc:1",
-                "bench/c_bench.cc:1", "loose.cc", "d/d.cc:1"]
+                "bench/c_bench.cc:1", "fuzz/impl_fuzz.cc:1", "loose.cc", "d/d.cc:1"]
     found = [e.split(":")[0] + (":" + e.split(":")[1] if e.split(":")[1].isdigit() else "")
              for e in errors]
     if sorted(found) != sorted(expected):

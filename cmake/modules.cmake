@@ -10,6 +10,8 @@
 #     (tests/) One Catch2 executable of the module's tests; each TEST_CASE is its own ctest test.
 #   runledger_module_bench(NAME MODULE module SOURCES files... [LIBS deps...])
 #     (bench/) The module's benchmark executable.
+#   runledger_fuzz_target(NAME SOURCES files... LIBS deps... CORPUS dir)
+#     (fuzz/CMakeLists.txt, built only with RUNLEDGER_FUZZ and clang) A libFuzzer executable.
 #
 # What the build checks (checks/module_boundaries.py, a ctest test, reading the manifest these
 # functions write to <build>/modules.json): a module's files include only its own headers and the
