@@ -48,6 +48,9 @@ int serve(const Arguments& args) {
   options.settlement.max_takeovers_without_progress = args.integer("--max-takeovers").value();
   options.grace = std::chrono::milliseconds(args.integer("--grace-ms").value());
   options.database_threads = args.integer("--database-threads").value();
+  if (options.database_threads > 256) {
+    throw InvalidArgument("--database-threads: at most 256", {{"field", "--database-threads"}});
+  }
   if (const auto file = args.text("--effect-classes")) {
     options.effect_classes = settlement::EffectClasses::load(*file);
   }
@@ -130,12 +133,12 @@ Command serve_command() {
               {.name = "--grace-ms",
                .value = "N",
                .help = "how long requests in flight may take to finish after SIGTERM",
-               .integer = IntegerRange{0, 600'000},
+               .integer = kPositive,
                .fallback = std::to_string(defaults.grace.count())},
               {.name = "--database-threads",
                .value = "N",
-               .help = "threads (and pooled connections) for database work",
-               .integer = IntegerRange{1, 256},
+               .help = "threads (and pooled connections) for database work, at most 256",
+               .integer = kPositive,
                .fallback = std::to_string(defaults.database_threads)},
           },
       .run = serve,

@@ -155,7 +155,10 @@ template <class Stream>
 class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(Server::State& server, Stream stream) : server_(server), stream_(std::move(stream)) {}
-  ~Session() override { --server_.connections; }
+  ~Session() override {
+    end_request();
+    --server_.connections;
+  }
 
   void start(bool over_capacity) {
     over_capacity_ = over_capacity;
@@ -192,6 +195,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 
   void on_header(beast::error_code ec) {
     idle_ = false;
+    if (!ec) begin_request();
     started_ = Clock::now();
     request_ = Request{};
     request_.request_id = random_request_id();
@@ -303,11 +307,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   }
 
   void dispatch() {
-    ++server_.in_flight;
     bool long_poll = route_->waits && route_->waits(Call{request_, parameters_, std::nullopt});
     if (long_poll && ++server_.long_polls > server_.options.max_long_polls) {
       --server_.long_polls;
-      --server_.in_flight;
       release_reservation();
       return respond(error_response(Unavailable("too many claims are long-polling; retry shortly"),
                                     request_.request_id));
@@ -316,7 +318,6 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
       Response response = self->server_.answer(self->request_, *self->route_, self->parameters_);
       Server::State& server = self->server_;
       net::post(self->stream_.get_executor(), [self, r = std::move(response)]() mutable {
-        --self->server_.in_flight;
         self->release_reservation();
         self->request_.body.clear();
         self->request_.body.shrink_to_fit();
@@ -351,13 +352,25 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     http::async_write(
         stream_, *response,
         [self = this->shared_from_this(), response, keep_alive](beast::error_code ec, std::size_t) {
+          self->end_request();
           if (ec || !keep_alive) return self->close();
           self->route_ = nullptr;
           self->read_header();
         });
   }
 
+  // A request is in flight from its header to its answer written (stop() waits for it).
+  void begin_request() {
+    if (!counted_) ++server_.in_flight;
+    counted_ = true;
+  }
+  void end_request() {
+    if (counted_) --server_.in_flight;
+    counted_ = false;
+  }
+
   void close() {
+    end_request();
     beast::error_code ignored;
     if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
       beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -402,6 +415,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   bool keep_alive_ = true;
   bool idle_ = true;
   bool over_capacity_ = false;
+  bool counted_ = false;
 };
 
 }  // namespace
@@ -529,8 +543,6 @@ void Server::stop() {
   while (s.in_flight > 0 && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  // Answers being written get a moment to leave.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   close_idle();
   // Long-polls were woken at the start; each ends with the claim it is making.
   while (s.long_polls > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));

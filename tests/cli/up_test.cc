@@ -11,6 +11,7 @@
 
 #include "ids/ids.h"
 #include "ledger/ledger.h"
+#include "migrations/migrations.h"
 #include "tests/support/child_process.h"
 #include "tests/support/http_client.h"
 
@@ -27,7 +28,8 @@ pid_t spawn_up(const fs::path& root, bool demo = false) {
   return testing::spawn(RUNLEDGER_BINARY, args, {{"DATABASE_URL", std::nullopt}});
 }
 
-// The URL `up` publishes once the database is up and migrated, or "" after `timeout`.
+// The URL `up` publishes once the database is up and every migration is applied, or "" after
+// `timeout`.
 std::string wait_for_database(const fs::path& root, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -37,7 +39,8 @@ std::string wait_for_database(const fs::path& root, std::chrono::seconds timeout
       try {
         pqxx::connection conn(url);
         pqxx::nontransaction tx(conn);
-        if (tx.exec("SELECT count(*) FROM runledger_migrations")[0][0].as<int>() > 0) return url;
+        const auto applied = tx.exec("SELECT count(*) FROM runledger_migrations")[0][0].as<int>();
+        if (applied == static_cast<int>(migrations::all().size())) return url;
       } catch (const std::exception&) {
         // not ready yet
       }
