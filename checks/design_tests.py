@@ -99,6 +99,9 @@ def test_case_names(source):
             i = _skip_space_and_comments(source, i)
         elif c == '"':
             i = _string_literal(source, i)[1]
+        elif c == "'" and 0 < i < len(source) - 1 and source[i - 1].isdigit() and \
+                source[i + 1].isdigit():
+            i += 1  # a digit separator (20'000), not a character literal
         elif c == "'":
             end = i + 1
             while end < len(source) and source[end] != "'":

@@ -163,6 +163,15 @@ void only_parameters(const Call& call, std::initializer_list<std::string_view> k
   }
 }
 
+Generation generation_body(const Call& call) {
+  run_parameter(call, 0);
+  const auto json = json_body(call);
+  wire::Object body(json);
+  const Generation generation(body.int64("generation", 1));
+  body.finish();
+  return generation;
+}
+
 std::string key_field(wire::Object& body, std::string_view field) {
   std::string value = body.string(field);
   check_key(value, body.name_of(field));

@@ -60,6 +60,8 @@ std::optional<std::int64_t> integer_parameter(const Call& call, std::string_view
                                               std::int64_t min, std::int64_t max);
 // InvalidArgument naming the first query parameter not in `known`.
 void only_parameters(const Call& call, std::initializer_list<std::string_view> known);
+// A body that is {"generation": N} alone (release, settle), for a route on run parameter 0.
+Generation generation_body(const Call& call);
 // A key (ids/ids.h check_key) read from a field.
 std::string key_field(wire::Object& body, std::string_view field);
 

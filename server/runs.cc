@@ -165,21 +165,12 @@ Response serve_finish(Context& context, const Call& call) {
   return Response::json(200, run_json(context, context.ledger.get(run)));
 }
 
-Generation read_generation_only(const Call& call) {
-  run_parameter(call, 0);
-  const auto json = json_body(call);
-  wire::Object body(json);
-  const Generation generation(body.int64("generation", 1));
-  body.finish();
-  return generation;
-}
-
 void check_release(const Call& call) {
-  read_generation_only(call);
+  generation_body(call);
 }
 
 Response serve_release(Context& context, const Call& call) {
-  const Generation generation = read_generation_only(call);
+  const Generation generation = generation_body(call);
   const RunId run = run_parameter(call, 0);
   context.ledger.release(run, generation);
   return Response::json(200, run_json(context, context.ledger.get(run)));

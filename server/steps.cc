@@ -185,21 +185,12 @@ Response serve_steps(Context& context, const Call& call) {
   return Response::json(200, {{"steps", steps}});
 }
 
-Generation read_settle(const Call& call) {
-  run_parameter(call, 0);
-  const auto json = json_body(call);
-  wire::Object body(json);
-  const Generation generation = generation_field(body);
-  body.finish();
-  return generation;
-}
-
 void check_settle(const Call& call) {
-  read_settle(call);
+  generation_body(call);
 }
 
 Response serve_settle(Context& context, const Call& call) {
-  const Generation generation = read_settle(call);
+  const Generation generation = generation_body(call);
   const auto settled = context.settler.settle_for_holder(run_parameter(call, 0), generation);
   nlohmann::json done = nlohmann::json::array();
   for (const auto& s : settled.settled) {

@@ -23,6 +23,15 @@ Held dispatch_and_claim(ServerFixture& f, HttpClient& c, nlohmann::json extra = 
   return {run, generation};
 }
 
+// Writes the intent of step `n` (tool `tool`, call "c<n>", args {"n": n}).
+testing::HttpAnswer intent(HttpClient& c, const Held& h, int n, const std::string& tool) {
+  return c.post(h.path() + "/steps", {{"generation", h.generation},
+                                      {"step_no", n},
+                                      {"tool", tool},
+                                      {"call_id", "c" + std::to_string(n)},
+                                      {"args", {{"n", n}}}});
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -93,12 +102,7 @@ TEST_CASE("a completion with its tool_result entry is one call; the identical on
   ServerFixture f;
   auto c = f.client();
   const Held h = dispatch_and_claim(f, c);
-  REQUIRE(c.post(h.path() + "/steps", {{"generation", h.generation},
-                                       {"step_no", 1},
-                                       {"tool", "bash"},
-                                       {"call_id", "c1"},
-                                       {"args", nlohmann::json::object()}})
-              .status == 200);
+  REQUIRE(intent(c, h, 1, "bash").status == 200);
   const nlohmann::json completion{{"generation", h.generation},
                                   {"result", {{"exit", 0}, {"out", "ok"}}},
                                   {"tool_result_base64", base64("tool said ok")}};
@@ -183,12 +187,7 @@ TEST_CASE("a tool_result entry names its step and is linked to it; a repeat answ
   ServerFixture f;
   auto c = f.client();
   const Held h = dispatch_and_claim(f, c);
-  REQUIRE(c.post(h.path() + "/steps", {{"generation", h.generation},
-                                       {"step_no", 1},
-                                       {"tool", "bash"},
-                                       {"call_id", "c1"},
-                                       {"args", nlohmann::json::object()}})
-              .status == 200);
+  REQUIRE(intent(c, h, 1, "bash").status == 200);
   REQUIRE(c.post(h.path() + "/steps/1/complete", {{"generation", h.generation}, {"result", "ok"}})
               .status == 200);
   const nlohmann::json append{{"generation", h.generation},
@@ -207,18 +206,11 @@ TEST_CASE(
   ServerFixture f;
   auto c = f.client();
   const Held h = dispatch_and_claim(f, c);
-  const auto intent = [&](int n, const std::string& tool) {
-    return c.post(h.path() + "/steps", {{"generation", h.generation},
-                                        {"step_no", n},
-                                        {"tool", tool},
-                                        {"call_id", "c" + std::to_string(n)},
-                                        {"args", {{"n", n}}}});
-  };
-  REQUIRE(intent(1, "read_file").status == 200);
+  REQUIRE(intent(c, h, 1, "read_file").status == 200);
   REQUIRE(c.post(h.path() + "/steps/1/complete", {{"generation", h.generation}, {"result", "text"}})
               .status == 200);  // done, but its tool_result never reached the transcript
-  REQUIRE(intent(2, "bash").status == 200);       // unsafe, in flight
-  REQUIRE(intent(3, "read_file").status == 200);  // pure, in flight
+  REQUIRE(intent(c, h, 2, "bash").status == 200);       // unsafe, in flight
+  REQUIRE(intent(c, h, 3, "read_file").status == 200);  // pure, in flight
   // The bot dies; its next incarnation takes the run at once.
   const auto [run, generation] = f.claim_one(c, "py-1");
   REQUIRE(run == h.run);
