@@ -9,6 +9,7 @@
 #include "digest/digest.h"
 #include "errors/errors.h"
 #include "ids/ids.h"
+#include "timestamps/timestamps.h"
 #include "tokens/lookup_cache.h"
 #include "tokens/statements.h"
 
@@ -84,12 +85,12 @@ bool covers(Scope held, Scope needed) {
 }
 
 nlohmann::json to_json(const TokenInfo& info) {
-  return {
-      {"name", info.name},
-      {"scope", to_string(info.scope)},
-      {"slots", info.slots ? nlohmann::json(*info.slots) : nlohmann::json(nullptr)},
-      {"created_at", info.created_at},
-      {"revoked_at", info.revoked_at ? nlohmann::json(*info.revoked_at) : nlohmann::json(nullptr)}};
+  return {{"name", info.name},
+          {"scope", to_string(info.scope)},
+          {"slots", info.slots ? nlohmann::json(*info.slots) : nlohmann::json(nullptr)},
+          {"created_at", timestamps::rfc3339(info.created_at)},
+          {"revoked_at", info.revoked_at ? nlohmann::json(timestamps::rfc3339(*info.revoked_at))
+                                         : nlohmann::json(nullptr)}};
 }
 
 Tokens::Tokens(pg::Pool& pool, Options options)

@@ -72,12 +72,4 @@ std::string base64_encode(std::string_view bytes) {
   return out;
 }
 
-std::string base64url_encode(std::string_view bytes) {
-  std::string out = base64_encode(bytes);
-  while (!out.empty() && out.back() == '=') out.pop_back();
-  std::replace(out.begin(), out.end(), '+', '-');
-  std::replace(out.begin(), out.end(), '/', '_');
-  return out;
-}
-
 }  // namespace runledger::wire

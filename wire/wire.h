@@ -57,8 +57,7 @@ nlohmann::json parse_json(std::string_view text, const Limits& limits = {});
 // `field` otherwise.
 std::string base64_decode(std::string_view text, std::string_view field);
 std::string base64_encode(std::string_view bytes);
-// base64url (RFC 4648 section 5) without padding: for URLs.
-std::string base64url_encode(std::string_view bytes);
+// (base64url, for URLs, is digest/digest.h's.)
 
 class Object;
 

@@ -320,12 +320,10 @@ TEST_CASE("base64 decodes standard padded text and refuses anything else, naming
   CHECK(refused_field([&] { wire::base64_decode(std::string("Zm\0v", 4), "f"); }) == "f");
 }
 
-TEST_CASE("base64 and base64url encode every byte string so that it decodes back") {
+TEST_CASE("base64 encodes every byte string so that it decodes back") {
   CHECK(wire::base64_encode("") == "");
   CHECK(wire::base64_encode("f") == "Zg==");
   CHECK(wire::base64_encode("foobar") == "Zm9vYmFy");
-  CHECK(wire::base64url_encode("\xfb\xff\xbf") == "-_-_");
-  CHECK(wire::base64url_encode("f") == "Zg");
   std::string bytes;
   for (int i = 0; i < 1000; ++i) {
     bytes.push_back(static_cast<char>(i * 7));
