@@ -1,6 +1,8 @@
 // The runs: dispatch, read, list, finish, release; and the health checks.
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 #include "digest/digest.h"
 #include "errors/errors.h"
 #include "server/context.h"
@@ -183,7 +185,13 @@ Response serve_healthz(Context&, const Call&) {
 }
 
 Response serve_readyz(Context& context, const Call&) {
-  context.ledger.count_by_status();  // Unavailable (503) when the database is not there
+  try {
+    context.ledger.count_by_status();
+  } catch (const Unavailable& e) {
+    // Anyone may ask: the answer names no host, port or database; the log keeps the cause.
+    spdlog::warn("readyz: {}", e.what());
+    throw Unavailable("the database is not reachable");
+  }
   return Response::json(200, {{"ok", true}, {"database", "ok"}});
 }
 

@@ -115,6 +115,9 @@ struct Server::State {
   bool started = false;
   bool stopped = false;
   net::io_context io;
+  // Without it the I/O threads return from run() once a drain leaves no socket operation
+  // pending, and an answer computed after that (a long-poll woken by stop()) is never written.
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> io_work;
   std::optional<tcp::acceptor> acceptor;
 
   void accept();
@@ -241,9 +244,12 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     const std::size_t reserve = length ? static_cast<std::size_t>(*length) : limit_;
     if (reserve > kLargeBody) {
       if (!server_.bodies.take(reserve)) {
-        return fail_and_close(
+        auto r =
             error_response(Unavailable("too many large request bodies in flight; retry shortly"),
-                           request_.request_id));
+                           request_.request_id);
+        // As for 413: a client still sending would see a reset, not the answer.
+        if (expects_continue) return fail_and_close(std::move(r));
+        return discard_then(std::move(r));
       }
       reserved_ = reserve;
     }
@@ -513,6 +519,7 @@ void Server::start() {
                           {{"field", "listen"}});
   }
   s.accept();
+  s.io_work.emplace(s.io.get_executor());
   for (int i = 0; i < s.options.io_threads; ++i) s.io_threads.emplace_back([&s] { s.io.run(); });
   s.started = true;
 }
@@ -546,6 +553,7 @@ void Server::stop() {
   close_idle();
   // Long-polls were woken at the start; each ends with the claim it is making.
   while (s.long_polls > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s.io_work.reset();
   s.io.stop();
   for (auto& t : s.io_threads) t.join();
   s.database_threads.join();

@@ -14,8 +14,10 @@
 namespace runledger::testing {
 
 struct ServerFixture {
-  explicit ServerFixture(server::Options o = fast_options())
-      : pool(db.pool_options(12)), admin_pool(db.pool_options(2)), admin(admin_pool) {
+  // `acquire_timeout`: how long a request waits for one of the server's 12 connections.
+  explicit ServerFixture(server::Options o = fast_options(),
+                         std::chrono::milliseconds acquire_timeout = std::chrono::seconds(10))
+      : pool(server_pool(db, acquire_timeout)), admin_pool(db.pool_options(2)), admin(admin_pool) {
     options = std::move(o);
     options.address = "127.0.0.1";
     options.port = 0;
@@ -32,6 +34,12 @@ struct ServerFixture {
     o.claim_poll = std::chrono::milliseconds(200);
     o.grace = std::chrono::milliseconds(2'000);
     o.effect_classes = settlement::EffectClasses::parse("pure: read_*\nidempotent: write_*\n");
+    return o;
+  }
+
+  static pg::Pool::Options server_pool(const TestDatabase& db, std::chrono::milliseconds timeout) {
+    auto o = db.pool_options(12);
+    o.acquire_timeout = timeout;
     return o;
   }
 

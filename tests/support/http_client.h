@@ -45,6 +45,12 @@ class HttpClient {
   std::unique_ptr<Connection> connection_;
 };
 
+// One request over TLS on a fresh connection, trusting only the certificate in `ca_file`
+// (the server's own, when it is self-signed). Throws when the handshake or the check fails.
+HttpAnswer tls_request(std::uint16_t port, const std::string& ca_file, const std::string& method,
+                       const std::string& target, const std::string& token = "",
+                       const std::string& body = "");
+
 // Writes raw bytes to the server and reads whatever comes back until it closes (or `timeout`):
 // for requests a well-behaved client would not send.
 std::string raw_exchange(std::uint16_t port, const std::string& bytes,
