@@ -201,6 +201,8 @@ class Ledger {
   void cancel(const RunId& run, std::string_view by);
 
   Run get(const RunId& run);
+  // The status of each of `runs`, in one statement (runs that do not exist are left out).
+  std::vector<std::pair<RunId, RunStatus>> statuses(const std::vector<RunId>& runs);
   std::vector<Run> list(const RunFilter& filter);
 
   // Pages of runs, newest first (created_at, then run id). InvalidArgument for a cursor another

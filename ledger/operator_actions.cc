@@ -38,6 +38,18 @@ Run Ledger::get(const RunId& run) {
   return run_from_row(rows[0]);
 }
 
+std::vector<std::pair<RunId, RunStatus>> Ledger::statuses(const std::vector<RunId>& runs) {
+  std::vector<std::pair<RunId, RunStatus>> out;
+  if (runs.empty()) return out;
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto ids = pg::array_literal(runs, [](const RunId& r) { return r.value(); });
+  for (const auto& row : pg::exec(tx, sql::kStatuses, ids)) {
+    out.emplace_back(RunId(row[0].as<std::string>()), parse_run_status(row[1].as<std::string>()));
+  }
+  return out;
+}
+
 std::vector<Run> Ledger::list(const RunFilter& filter) {
   if (filter.limit < 1 || filter.limit > 1000) {
     throw InvalidArgument("limit must be between 1 and 1000", {{"field", "limit"}});

@@ -6,20 +6,6 @@
 #include "ledger/statements.h"
 
 namespace runledger::ledger {
-namespace {
-
-// "{a,b,c}": a PostgreSQL array literal of values that need no quoting (UUIDs, integers).
-template <class T, class F>
-std::string array_literal(const std::vector<T>& items, F&& text) {
-  std::string out = "{";
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i) out += ',';
-    out += text(items[i]);
-  }
-  return out + "}";
-}
-
-}  // namespace
 
 void Ledger::throw_refused(const RunId& run, Generation generation, std::string_view action) {
   const Run current = get(run);  // NotFound when unknown
@@ -41,9 +27,9 @@ std::vector<RunId> Ledger::heartbeat(const Owner& owner,
 Ledger::Leases Ledger::extend_leases(const Owner& owner,
                                      const std::vector<std::pair<RunId, Generation>>& runs) {
   if (runs.empty()) return {};
-  const auto ids = array_literal(runs, [](const auto& r) { return r.first.value(); });
+  const auto ids = pg::array_literal(runs, [](const auto& r) { return r.first.value(); });
   const auto generations =
-      array_literal(runs, [](const auto& r) { return std::to_string(r.second.value()); });
+      pg::array_literal(runs, [](const auto& r) { return std::to_string(r.second.value()); });
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   const auto kept = pg::exec(tx, sql::kHeartbeat, options_.lease_ttl.count(), ids, generations,

@@ -193,6 +193,9 @@ inline constexpr pg::Statement kRunsOfRequester{"ledger_runs_of_requester",
 
 // A scan of the whole table: retention keeps it to a week of runs, and the service asks once a
 // minute.
+inline constexpr pg::Statement kStatuses{
+    "ledger_statuses", "SELECT run_id, status FROM live_runs WHERE run_id = ANY($1::uuid[])"};
+
 inline constexpr pg::Statement kCountByStatus{
     "ledger_count_by_status", "SELECT status, count(*) FROM live_runs GROUP BY status"};
 

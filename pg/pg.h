@@ -147,6 +147,18 @@ std::string with_settings(std::string_view url, const std::vector<Setting>& sett
 // Milliseconds as a PostgreSQL duration literal ("1500ms").
 std::string duration_setting(std::chrono::milliseconds ms);
 
+// "{a,b,c}": a PostgreSQL array literal of values that need no quoting (UUIDs, integers), one
+// statement parameter however many there are; `text` turns an item into its literal.
+template <class T, class F>
+std::string array_literal(const std::vector<T>& items, F&& text) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ',';
+    out += text(items[i]);
+  }
+  return out + "}";
+}
+
 class Pool {
  public:
   struct Options {
@@ -188,6 +200,9 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   Lease acquire();
+  // One round trip on a pooled connection; Unavailable when the database cannot answer (what a
+  // readiness check asks, at the cost of a `SELECT 1`).
+  void ping();
   const std::string& url() const { return url_; }
   int size() const { return options_.size; }
 

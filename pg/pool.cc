@@ -15,7 +15,15 @@ std::vector<Setting> session_settings(const Pool::Options& o) {
   return all;
 }
 
+constexpr Statement kPing{"pg_ping", "SELECT 1"};
+
 }  // namespace
+
+void Pool::ping() {
+  auto conn = acquire();
+  pqxx::nontransaction tx(*conn);
+  exec(tx, kPing);
+}
 
 Pool::Pool(Options options)
     : options_(std::move(options)), url_(with_settings(options_.url, session_settings(options_))) {

@@ -72,14 +72,41 @@ Response serve_dispatch(Context& context, const Call& call) {
   return Response::json(dispatched.created ? 201 : 200, json);
 }
 
-void check_get(const Call& call) {
+constexpr std::int64_t kMaxWaitMs = 30'000;
+
+// How long the caller will wait for the run to end (0: answer at once).
+std::int64_t read_get(const Call& call) {
   run_parameter(call, 0);
-  only_parameters(call, {});
+  only_parameters(call, {"wait_ms"});
+  return integer_parameter(call, "wait_ms", 0, kMaxWaitMs).value_or(0);
 }
 
+void check_get(const Call& call) {
+  read_get(call);
+}
+
+bool get_waits(const Call& call) {
+  try {
+    return read_get(call) > 0;
+  } catch (const Error&) {
+    return false;  // refused at once by serve()
+  }
+}
+
+// With wait_ms: answered when the run is terminal, or at the deadline as it stands.
 Response serve_get(Context& context, const Call& call) {
-  check_get(call);
-  return Response::json(200, run_json(context, context.ledger.get(run_parameter(call, 0))));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(read_get(call));
+  const RunId id = run_parameter(call, 0);
+  for (;;) {
+    ledger::Run run = context.ledger.get(id);
+    if (ledger::is_terminal(run.status) || std::chrono::steady_clock::now() >= deadline ||
+        context.watch.shutting_down()) {
+      return Response::json(200, run_json(context, run));
+    }
+    // Only the run's end wakes this wait, not its entries.
+    context.watch.wait(id, std::numeric_limits<std::int64_t>::max(), deadline);
+  }
 }
 
 struct ListCall {
@@ -186,7 +213,7 @@ Response serve_healthz(Context&, const Call&) {
 
 Response serve_readyz(Context& context, const Call&) {
   try {
-    context.ledger.count_by_status();
+    context.pool.ping();
   } catch (const Unavailable& e) {
     // Anyone may ask: the answer names no host, port or database; the log keeps the cause.
     spdlog::warn("readyz: {}", e.what());
@@ -211,7 +238,8 @@ const std::vector<Route> kRunRoutes = {
     {"POST", "/v1/runs", "runs.dispatch", tokens::Scope::bot, BodyKind::json, kDispatchLimit,
      check_dispatch, serve_dispatch},
     {"GET", "/v1/runs", "runs.list", tokens::Scope::bot, BodyKind::none, 0, check_list, serve_list},
-    {"GET", "/v1/runs/{}", "runs.get", tokens::Scope::bot, BodyKind::none, 0, check_get, serve_get},
+    {"GET", "/v1/runs/{}", "runs.get", tokens::Scope::bot, BodyKind::none, 0, check_get, serve_get,
+     get_waits},
     {"POST", "/v1/runs/{}/finish", "runs.finish", tokens::Scope::bot, BodyKind::json, kMiB,
      check_finish, serve_finish},
     {"POST", "/v1/runs/{}/release", "runs.release", tokens::Scope::bot, BodyKind::json, kMiB,

@@ -212,6 +212,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     request_.content_type = media_type(view(header[http::field::content_type]));
     request_.authorization = std::string(header[http::field::authorization]);
     request_.idempotency_key = std::string(header["Idempotency-Key"]);
+    request_.accept = std::string(header[http::field::accept]);
+    request_.last_event_id = std::string(header["Last-Event-ID"]);
     keep_alive_ = header.keep_alive();
     if (over_capacity_) {
       return fail_and_close(error_response(Unavailable("the server is at its connection limit"),
@@ -340,7 +342,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     }
   }
 
-  void respond(Response r) { write(std::move(r), keep_alive_ && !server_.draining); }
+  void respond(Response r) {
+    if (r.events) return begin_events(std::move(r));
+    write(std::move(r), keep_alive_ && !server_.draining);
+  }
   void fail_and_close(Response r) { write(std::move(r), false); }
 
   void write(Response r, bool keep_alive) {
@@ -363,6 +368,134 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
           self->route_ = nullptr;
           self->read_header();
         });
+  }
+
+  // An event stream: chunked, on a connection of its own to the end. One thing at a time: a piece
+  // made (database thread), a piece or a keep-alive written, or a wait on the run watch.
+  void begin_events(Response r) {
+    events_.emplace();
+    events_->source = std::move(r.events);
+    auto head = std::make_shared<http::response<http::empty_body>>(http::status::ok, 11);
+    head->set(http::field::server, "runledger");
+    head->set(http::field::content_type, "text/event-stream");
+    head->set(http::field::cache_control, "no-store");
+    head->set("X-Request-Id", request_.request_id);
+    for (const auto& [name, value] : r.headers) head->set(name, value);
+    head->keep_alive(false);
+    head->chunked(true);
+    auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*head);
+    server_.log(request_, route_->name, 200, started_);
+    beast::get_lowest_layer(stream_).expires_after(server_.options.read_timeout);
+    http::async_write_header(
+        stream_, *serializer,
+        [self = this->shared_from_this(), head, serializer](beast::error_code ec, std::size_t) {
+          if (ec) return self->end_events();
+          // A reader sends nothing more: a read that completes means it went away. It has no
+          // timeout; the writes have theirs (expires_after leaves a pending read's alone).
+          beast::get_lowest_layer(self->stream_).expires_never();
+          self->stream_.async_read_some(
+              net::buffer(self->probe_),
+              [self](beast::error_code, std::size_t) { self->end_events(); });
+          self->next_piece();
+        });
+  }
+
+  void next_piece() {
+    events_->busy = true;
+    net::post(server_.database_threads,
+              [self = this->shared_from_this(), source = events_->source] {
+                std::optional<EventStream::Piece> piece;
+                try {
+                  piece = source->next();
+                } catch (const std::exception& e) {
+                  spdlog::info("{} event stream ends: {}", self->request_.request_id, e.what());
+                }
+                net::post(self->stream_.get_executor(), [self, piece = std::move(piece)]() mutable {
+                  self->on_piece(std::move(piece));
+                });
+              });
+  }
+
+  void on_piece(std::optional<EventStream::Piece> piece) {
+    events_->busy = false;
+    if (events_->over) return;
+    if (!piece) return finish_events();  // without its last event: the reader reconnects
+    const bool last = piece->last || server_.draining;
+    if (!piece->text.empty()) {
+      return write_piece(std::move(piece->text), [this, last] {
+        if (last) return finish_events();
+        next_piece();
+      });
+    }
+    if (last) return finish_events();
+    const auto watched = events_->source->watched();
+    events_->watching = server_.context.watch.watch(
+        watched.run, watched.seen_seq, [self = this->shared_from_this()] {
+          net::post(self->stream_.get_executor(), [self] { self->on_woken(); });
+        });
+    arm_keepalive();
+  }
+
+  void on_woken() {
+    if (!events_ || events_->over) return;
+    events_->watching.reset();
+    if (keepalive_) keepalive_->cancel();
+    if (events_->busy) {
+      events_->woken = true;  // a keep-alive is being written
+      return;
+    }
+    next_piece();
+  }
+
+  void arm_keepalive() {
+    if (!keepalive_) keepalive_.emplace(stream_.get_executor());
+    keepalive_->expires_after(server_.options.stream_keepalive);
+    keepalive_->async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      auto& events = *self->events_;
+      if (ec || events.over || events.busy || !events.watching) return;
+      self->write_piece(": keep-alive\n\n", [self] {
+        if (!self->events_->woken) return self->arm_keepalive();
+        self->events_->woken = false;
+        self->next_piece();
+      });
+    });
+  }
+
+  template <class Then>
+  void write_piece(std::string text, Then then) {
+    events_->busy = true;
+    auto buffer = std::make_shared<std::string>(std::move(text));
+    // A reader that stops reading is let go; a large piece gets a second per MiB more.
+    beast::get_lowest_layer(stream_).expires_after(server_.options.read_timeout +
+                                                   std::chrono::seconds(buffer->size() >> 20));
+    net::async_write(stream_, http::make_chunk(net::buffer(*buffer)),
+                     [self = this->shared_from_this(), buffer, then = std::move(then)](
+                         beast::error_code ec, std::size_t) mutable {
+                       self->events_->busy = false;
+                       if (ec || self->events_->over) return self->end_events();
+                       then();
+                     });
+  }
+
+  void finish_events() {
+    stop_events();
+    beast::get_lowest_layer(stream_).expires_after(server_.options.read_timeout);
+    net::async_write(
+        stream_, http::make_chunk_last(),
+        [self = this->shared_from_this()](beast::error_code, std::size_t) { self->close(); });
+  }
+
+  // The reader went away, or a write failed.
+  void end_events() {
+    if (!events_->over) stop_events();
+    close();
+  }
+
+  void stop_events() {
+    events_->over = true;
+    if (events_->watching) server_.context.watch.cancel(*events_->watching);
+    events_->watching.reset();
+    if (keepalive_) keepalive_->cancel();
   }
 
   // A request is in flight from its header to its answer written (stop() waits for it).
@@ -422,6 +555,16 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   bool idle_ = true;
   bool over_capacity_ = false;
   bool counted_ = false;
+  struct Events {
+    std::shared_ptr<EventStream> source;
+    std::optional<RunWatch::Id> watching;
+    bool busy = false;   // a piece is being made or written
+    bool woken = false;  // the watch fired while a keep-alive was written
+    bool over = false;   // nothing more is written
+  };
+  std::optional<Events> events_;
+  std::optional<net::steady_timer> keepalive_;
+  char probe_[1];
 };
 
 }  // namespace
@@ -478,7 +621,8 @@ Context::Context(pg::Pool& p, const std::string& url, const Options& o)
       settler(ledger, store, o.effect_classes, o.settlement),
       tokens(p),
       slots(p),
-      waiters(url) {}
+      waiters(url),
+      watch(ledger, store, o.tail_poll) {}
 
 Server::Server(pg::Pool& pool, std::string database_url, Options options)
     : state_(std::make_unique<State>(pool, std::move(database_url), std::move(options))) {}
@@ -539,6 +683,7 @@ void Server::stop() {
   });
   // Long-polls answer what they have; idle keep-alive connections close; the rest finish.
   s.context.waiters.shut_down();
+  s.context.watch.shut_down();
   const auto close_idle = [&s] {
     std::lock_guard lock(s.sessions_mu);
     for (auto& weak : s.sessions) {

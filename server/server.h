@@ -60,6 +60,12 @@ struct Options {
   // A claim's long-poll looks again this often even without a notification (the fallback for a
   // notification lost to a reconnect, and how other servers' supersessions are seen).
   std::chrono::milliseconds claim_poll{1'000};
+  // Transcript streams and waits on runs see a run move (an entry appended, the run ended)
+  // within this: one thread reads every watched run's head and status this often.
+  std::chrono::milliseconds tail_poll{100};
+  // A transcript stream with nothing new sends a comment this often (proxies keep it open, and a
+  // vanished reader is found).
+  std::chrono::milliseconds stream_keepalive{15'000};
   // stop(): how long requests in flight may take to finish.
   std::chrono::milliseconds grace{10'000};
   // TLS: both, or neither (plain HTTP).

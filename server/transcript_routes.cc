@@ -1,5 +1,8 @@
-// The transcript over HTTP: appends (JSON with base64, or raw bytes), pages of entries, one
-// entry's bytes, and the chain check.
+// The transcript over HTTP: appends (JSON with base64, or raw bytes), pages of entries or their
+// live tail (Server-Sent Events), one entry's bytes, and the chain check.
+#include <algorithm>
+#include <cctype>
+
 #include "digest/digest.h"
 #include "errors/errors.h"
 #include "server/context.h"
@@ -106,6 +109,81 @@ Response serve_append(Context& context, const Call& call) {
   }
 }
 
+nlohmann::json entry_json(const transcript::Entry& e) {
+  return {{"seq", e.seq},
+          {"kind", transcript::to_string(e.kind)},
+          {"generation", e.generation.value()},
+          {"sha256", digest::hex(e.sha256)},
+          {"body_base64", wire::base64_encode(e.body)},
+          {"created_at", timestamps::rfc3339(e.created_at)}};
+}
+
+// The tail: the entries from `from` (or after Last-Event-ID) as Server-Sent Events, then each
+// new one as it comes, and an `end` event once the run is terminal and all of it is sent.
+class TranscriptTail : public EventStream {
+ public:
+  TranscriptTail(Context& context, RunId run, std::int64_t from)
+      : context_(context), run_(std::move(run)), next_seq_(from) {}
+
+  Piece next() override {
+    // The status before the entries: a run seen terminal has all the entries it will have.
+    const ledger::Run run = context_.ledger.get(run_);  // gone: the stream just ends
+    Piece piece;
+    std::size_t bytes = 0;
+    int events = 0;
+    bool more = false;
+    context_.store.read_while(run_, next_seq_, [&](const transcript::Entry& e) {
+      piece.text += "id: " + std::to_string(e.seq) +
+                    "\nevent: " + std::string(transcript::to_string(e.kind)) +
+                    "\ndata: " + entry_json(e).dump() + "\n\n";
+      next_seq_ = e.seq + 1;
+      bytes += e.body.size();
+      more = bytes >= kTailPieceBytes || ++events >= kTailPieceEvents;
+      return !more;
+    });
+    if (ledger::is_terminal(run.status) && !more) {
+      piece.text +=
+          "event: end\ndata: " +
+          nlohmann::json{{"run_id", run_.value()}, {"status", to_string(run.status)}}.dump() +
+          "\n\n";
+      piece.last = true;
+    }
+    return piece;
+  }
+
+  Watched watched() const override { return {run_, next_seq_ - 1}; }
+
+ private:
+  // A piece stops growing past these (it always holds one entry): what a slow reader holds.
+  static constexpr std::size_t kTailPieceBytes = kMiB;
+  static constexpr int kTailPieceEvents = 100;
+
+  Context& context_;
+  RunId run_;
+  std::int64_t next_seq_;
+};
+
+bool wants_events(const Request& request) {
+  std::string accept = request.accept;
+  std::transform(accept.begin(), accept.end(), accept.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return accept.find("text/event-stream") != std::string::npos;
+}
+
+// The first seq a tail sends: after Last-Event-ID when it reconnects, else `from`.
+std::int64_t read_tail_start(const Call& call) {
+  run_parameter(call, 0);
+  only_parameters(call, {"from"});
+  const std::int64_t from = integer_parameter(call, "from", 1, INT64_MAX).value_or(1);
+  const std::string& last = call.request.last_event_id;
+  if (last.empty()) return from;
+  if (last.size() > 18 || last.find_first_not_of("0123456789") != std::string::npos) {
+    throw InvalidArgument("Last-Event-ID: the seq of the last event received",
+                          {{"field", "Last-Event-ID"}});
+  }
+  return std::stoll(last) + 1;
+}
+
 struct ReadCall {
   std::int64_t from;
   int limit;
@@ -119,10 +197,25 @@ ReadCall read_read(const Call& call) {
 }
 
 void check_read(const Call& call) {
-  read_read(call);
+  if (wants_events(call.request)) {
+    read_tail_start(call);
+  } else {
+    read_read(call);
+  }
+}
+
+Response serve_tail(Context& context, const Call& call) {
+  const std::int64_t from = read_tail_start(call);
+  const RunId run = run_parameter(call, 0);
+  context.store.head(run);  // NotFound for an unknown run, before the stream begins
+  Response response;
+  response.content_type = "text/event-stream";
+  response.events = std::make_shared<TranscriptTail>(context, run, from);
+  return response;
 }
 
 Response serve_read(Context& context, const Call& call) {
+  if (wants_events(call.request)) return serve_tail(context, call);
   const ReadCall r = read_read(call);
   const RunId run = run_parameter(call, 0);
   const auto head = context.store.head(run);  // NotFound for an unknown run
@@ -130,12 +223,7 @@ Response serve_read(Context& context, const Call& call) {
   std::size_t bytes = 0;
   std::int64_t last = r.from - 1;
   context.store.read_while(run, r.from, [&](const transcript::Entry& e) {
-    entries.push_back({{"seq", e.seq},
-                       {"kind", transcript::to_string(e.kind)},
-                       {"generation", e.generation.value()},
-                       {"sha256", digest::hex(e.sha256)},
-                       {"body_base64", wire::base64_encode(e.body)},
-                       {"created_at", timestamps::rfc3339(e.created_at)}});
+    entries.push_back(entry_json(e));
     last = e.seq;
     bytes += e.body.size();
     return static_cast<int>(entries.size()) < r.limit && bytes < kPageBytes && e.seq < head.seq;

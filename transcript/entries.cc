@@ -117,12 +117,7 @@ std::optional<Head> Store::explain_refused_at(const RunId& run, Generation gener
 std::vector<std::pair<RunId, Store::RunRecord>> Store::run_records(const std::vector<RunId>& runs) {
   std::vector<std::pair<RunId, RunRecord>> out;
   if (runs.empty()) return out;
-  std::string ids = "{";
-  for (const auto& run : runs) {
-    if (ids.size() > 1) ids += ',';
-    ids += run.value();
-  }
-  ids += '}';
+  const auto ids = pg::array_literal(runs, [](const RunId& r) { return r.value(); });
   auto conn = pool_.acquire();
   pqxx::nontransaction tx(*conn);
   for (const auto& row : pg::exec(tx, sql::kRunRecords, ids)) {
@@ -130,6 +125,18 @@ std::vector<std::pair<RunId, Store::RunRecord>> Store::run_records(const std::ve
         RunId(row["run_id"].as<std::string>()),
         RunRecord{{row["transcript_seq"].as<std::int64_t>(), digest_from(row["transcript_sha256"])},
                   row["steps"].as<std::int64_t>()});
+  }
+  return out;
+}
+
+std::vector<std::pair<RunId, std::int64_t>> Store::head_seqs(const std::vector<RunId>& runs) {
+  std::vector<std::pair<RunId, std::int64_t>> out;
+  if (runs.empty()) return out;
+  auto conn = pool_.acquire();
+  pqxx::nontransaction tx(*conn);
+  const auto ids = pg::array_literal(runs, [](const RunId& r) { return r.value(); });
+  for (const auto& row : pg::exec(tx, sql::kHeadSeqs, ids)) {
+    out.emplace_back(RunId(row[0].as<std::string>()), row[1].as<std::int64_t>());
   }
   return out;
 }

@@ -146,6 +146,10 @@ inline constexpr pg::Statement kRunRecords{"transcript_run_records", R"sql(
   FROM live_runs r WHERE r.run_id = ANY($1::uuid[])
 )sql"};
 
+inline constexpr pg::Statement kHeadSeqs{
+    "transcript_head_seqs",
+    "SELECT run_id, transcript_seq FROM live_runs WHERE run_id = ANY($1::uuid[])"};
+
 inline constexpr pg::Statement kHead{
     "transcript_head",
     "SELECT transcript_seq, transcript_sha256 FROM live_runs WHERE run_id = $1::uuid"};

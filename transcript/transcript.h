@@ -179,6 +179,9 @@ class Store {
   Head append_at(const RunId& run, Generation generation, EntryKind kind, std::string_view body,
                  std::optional<std::int64_t> expected_seq);
   Head head(const RunId& run);
+  // The head seq of each of `runs`, in one statement (runs that do not exist are left out): what
+  // a watcher of many runs polls.
+  std::vector<std::pair<RunId, std::int64_t>> head_seqs(const std::vector<RunId>& runs);
   // Calls `fn` for each entry with seq >= from_seq, in order.
   void read(const RunId& run, std::int64_t from_seq, const std::function<void(const Entry&)>& fn);
   // The same, until `fn` returns false.

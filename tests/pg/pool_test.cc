@@ -64,3 +64,11 @@ TEST_CASE("named statements prepare once per connection and run with parameters"
     CHECK(pg::exec(tx, kAdd, i, 40)[0][0].as<int>() == 40 + i);
   }
 }
+
+TEST_CASE("ping answers on a live database and is Unavailable where no server listens") {
+  testing::TestDatabase db;
+  pg::Pool live(db.pool_options(1));
+  CHECK_NOTHROW(live.ping());
+  pg::Pool nowhere("postgresql://127.0.0.1:1/none?connect_timeout=2", 1);
+  CHECK_THROWS_AS(nowhere.ping(), Unavailable);
+}

@@ -13,6 +13,13 @@
 
 namespace runledger::testing {
 
+// A run claimed over HTTP: its id and the generation its holder writes under.
+struct Held {
+  std::string run;
+  std::int64_t generation;
+  std::string path() const { return "/v1/runs/" + run; }
+};
+
 struct ServerFixture {
   // `acquire_timeout`: how long a request waits for one of the server's 12 connections.
   explicit ServerFixture(server::Options o = fast_options(),
@@ -71,6 +78,13 @@ struct ServerFixture {
     }
     const auto run = answer.json()["runs"][0];
     return {run["run_id"], run["generation"]};
+  }
+
+  // A fresh dispatch, claimed by slot py-1.
+  Held dispatch_and_claim(HttpClient& c, nlohmann::json extra = {}) {
+    dispatch(c, "k-" + random_uuid(), std::move(extra));
+    const auto [run, generation] = claim_one(c, "py-1");
+    return {run, generation};
   }
 
   TestDatabase db;

@@ -6,22 +6,11 @@
 
 using namespace runledger;
 using runledger::testing::base64;
+using runledger::testing::Held;
 using runledger::testing::HttpClient;
 using runledger::testing::ServerFixture;
 
 namespace {
-
-struct Held {
-  std::string run;
-  std::int64_t generation;
-  std::string path() const { return "/v1/runs/" + run; }
-};
-
-Held dispatch_and_claim(ServerFixture& f, HttpClient& c, nlohmann::json extra = {}) {
-  f.dispatch(c, "k-" + random_uuid(), std::move(extra));
-  const auto [run, generation] = f.claim_one(c, "py-1");
-  return {run, generation};
-}
 
 // Writes the intent of step `n` (tool `tool`, call "c<n>", args {"n": n}).
 testing::HttpAnswer intent(HttpClient& c, const Held& h, int n, const std::string& tool) {
@@ -38,7 +27,7 @@ TEST_CASE(
     "a turn writes the assistant entry and its intents in one call; a repeat answers the same") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c);
+  const Held h = f.dispatch_and_claim(c);
   const nlohmann::json turn{
       {"generation", h.generation},
       {"expected_seq", 1},
@@ -65,7 +54,7 @@ TEST_CASE(
 TEST_CASE("an intent answers its effect key and class; the same intent again the same key") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c);
+  const Held h = f.dispatch_and_claim(c);
   const nlohmann::json intent{{"generation", h.generation},
                               {"step_no", 1},
                               {"tool", "write_x"},
@@ -87,7 +76,7 @@ TEST_CASE("an intent answers its effect key and class; the same intent again the
 TEST_CASE("an intent past the budget is 409 budget_exhausted and the run is finished failed") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c, {{"budget", {{"wall_s", 600}, {"max_steps", 1}}}});
+  const Held h = f.dispatch_and_claim(c, {{"budget", {{"wall_s", 600}, {"max_steps", 1}}}});
   const auto over = c.post(h.path() + "/steps", {{"generation", h.generation},
                                                  {"step_no", 2},
                                                  {"tool", "bash"},
@@ -101,7 +90,7 @@ TEST_CASE("an intent past the budget is 409 budget_exhausted and the run is fini
 TEST_CASE("a completion with its tool_result entry is one call; the identical one again is 200") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c);
+  const Held h = f.dispatch_and_claim(c);
   REQUIRE(intent(c, h, 1, "bash").status == 200);
   const nlohmann::json completion{{"generation", h.generation},
                                   {"result", {{"exit", 0}, {"out", "ok"}}},
@@ -129,7 +118,7 @@ TEST_CASE("a completion with its tool_result entry is one call; the identical on
 TEST_CASE("a write under a generation that lost the run is 409 fenced, not retryable") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c);
+  const Held h = f.dispatch_and_claim(c);
   // An operator cancels it: the generation moves on.
   ledger::Ledger ledger(f.pool);
   ledger.cancel(RunId(h.run), "test");
@@ -144,7 +133,7 @@ TEST_CASE("a write under a generation that lost the run is 409 fenced, not retry
 TEST_CASE("appends by expected_seq: a repeat answers the first answer, another entry is 409") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c);
+  const Held h = f.dispatch_and_claim(c);
   const nlohmann::json append{{"generation", h.generation},
                               {"expected_seq", 1},
                               {"kind", "user"},
@@ -186,7 +175,7 @@ TEST_CASE("appends by expected_seq: a repeat answers the first answer, another e
 TEST_CASE("a tool_result entry names its step and is linked to it; a repeat answers the same") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c);
+  const Held h = f.dispatch_and_claim(c);
   REQUIRE(intent(c, h, 1, "bash").status == 200);
   REQUIRE(c.post(h.path() + "/steps/1/complete", {{"generation", h.generation}, {"result", "ok"}})
               .status == 200);
@@ -205,7 +194,7 @@ TEST_CASE(
     "nothing") {
   ServerFixture f;
   auto c = f.client();
-  const Held h = dispatch_and_claim(f, c);
+  const Held h = f.dispatch_and_claim(c);
   REQUIRE(intent(c, h, 1, "read_file").status == 200);
   REQUIRE(c.post(h.path() + "/steps/1/complete", {{"generation", h.generation}, {"result", "text"}})
               .status == 200);  // done, but its tool_result never reached the transcript

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,51 @@ class HttpClient {
 HttpAnswer tls_request(std::uint16_t port, const std::string& ca_file, const std::string& method,
                        const std::string& target, const std::string& token = "",
                        const std::string& body = "");
+
+// A reader of one Server-Sent Events answer (GET with Accept: text/event-stream) on a connection
+// of its own: it decodes the chunked body itself, so that it can wait for the next event with a
+// timeout and go on reading after it.
+struct ServerEvent {
+  std::string id;
+  std::string event;
+  std::string data;
+  nlohmann::json json() const { return nlohmann::json::parse(data); }
+};
+
+class EventReader {
+ public:
+  EventReader(std::uint16_t port, const std::string& target, const std::string& token,
+              const std::string& last_event_id = "");
+  ~EventReader();
+
+  // The answer's status and headers (for an error, `body` holds its envelope).
+  unsigned status() const { return status_; }
+  const std::map<std::string, std::string>& headers() const { return headers_; }
+  const std::string& body() const { return body_; }
+
+  // The next event within `timeout`; none at the timeout or once the stream has ended.
+  std::optional<ServerEvent> next(std::chrono::milliseconds timeout);
+  // Whether the server ended the stream (its last chunk) or closed the connection.
+  bool ended() const { return ended_; }
+  // Comment lines (keep-alives) read so far.
+  int comments() const { return comments_; }
+  // Closes the connection from this side.
+  void close();
+
+ private:
+  bool fill(std::chrono::steady_clock::time_point deadline);  // false at the deadline or EOF
+  bool decode_chunks();  // moves whole chunks from raw_ to text_; false on the last chunk
+
+  int fd_ = -1;
+  unsigned status_ = 0;
+  std::map<std::string, std::string> headers_;
+  std::string body_;
+  std::string raw_;   // bytes read, not yet decoded
+  std::string text_;  // decoded body, not yet parsed into events
+  bool chunked_ = false;
+  bool ended_ = false;
+  int comments_ = 0;
+};
 
 // Writes raw bytes to the server and reads whatever comes back until it closes (or `timeout`):
 // for requests a well-behaved client would not send.
