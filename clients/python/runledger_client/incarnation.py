@@ -447,13 +447,15 @@ class Run:
     ) -> Dict[str, Any]:
         """Self-fences, runs ``tool(step)`` and completes the step with its tool_result entry.
 
-        ``tool`` returns the result (bytes, or anything JSON); an exception it raises (other
-        than the client's own) is the step's error. ``tool_result(step, value_or_error_text,
+        ``tool`` returns the result (bytes, or anything JSON; None is recorded as empty bytes,
+        since the API reads a null result as none); an exception it raises (other than the
+        client's own) is the step's error. ``tool_result(step, value_or_error_text,
         is_error)`` makes the entry; by default the server's tool_result shape with ``text``.
         """
         self.start_tool(step)
         try:
             value = tool(step)
+            value = b"" if value is None else value
             failed = False
         except RunledgerError:
             raise

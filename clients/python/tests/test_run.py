@@ -46,8 +46,10 @@ class RunLoopTest(harness.ServerTest):
                 done = [run.execute(s, tools[s.tool]) for s in steps]
                 self.assertEqual([d["state"] for d in done], ["done", "done"])
                 self.assertEqual([d["result_seq"] for d in done], [3, 4])
+                [quiet] = run.turn("a tool without a result", [Intent("touch", "c0", {})])
+                self.assertEqual(run.execute(quiet, lambda s: None)["result_bytes"], 0)
                 # A tool's exception is its step's error outcome.
-                [failing] = run.turn("again", [Intent("add", "c3", {})])
+                [failing] = run.turn("again", [Intent("add", "c4", {})])
                 self.assertEqual(run.execute(failing, tools["add"])["state"], "failed")
                 finished = run.finish({"answer": 4})
             self.assertEqual(finished["status"], "finished")
@@ -55,13 +57,14 @@ class RunLoopTest(harness.ServerTest):
         entries = list(client.entries(run_id))
         self.assertEqual([e.kind for e in entries],
                          ["user", "assistant", "tool_result", "tool_result", "assistant",
-                          "tool_result"])
+                          "tool_result", "assistant", "tool_result"])
         result = entries[3].json()
         self.assertEqual((result["call_id"], result["text"], result["is_error"]), ("c2", "4", False))
         self.assertEqual(entries[2].json()["text"], "notes\ufffd")
-        self.assertTrue(entries[5].json()["is_error"])
-        self.assertEqual(client.verify(run_id), {"ok": True, "entries": 6})
-        self.assertEqual(client.get_run(run_id)["steps"], 3)
+        self.assertEqual(entries[5].json()["text"], "")
+        self.assertTrue(entries[7].json()["is_error"])
+        self.assertEqual(client.verify(run_id), {"ok": True, "entries": 8})
+        self.assertEqual(client.get_run(run_id)["steps"], 4)
 
     def test_the_next_incarnation_settles_what_the_last_left_in_flight(self):
         client = self.client()
